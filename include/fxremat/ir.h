@@ -1,0 +1,301 @@
+// fxremat's graph IR: the FX data model (one node = one value) with the tensor
+// facts and metadata that partitioning needs. The Graph owns its nodes; all other
+// links are non-owning pointers. Use lists change only through Graph's edit
+// functions (setInputs, replaceAllUsesWith, eraseNode), never by hand.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "fxremat/op_schema.h"
+#include "fxremat/status.h"
+
+namespace fxremat {
+
+class Node;
+class Graph;
+
+// ---------------------------------------------------------------------------
+// Tensor facts
+// ---------------------------------------------------------------------------
+
+enum class DType : uint8_t {
+  kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32, kInt16, kInt8, kUInt8,
+  kBool, kComplex64, kComplex128, kFloat8E4M3FN, kFloat8E5M2,
+};
+
+// "float32" (torch's name without "torch.").
+std::string_view DTypeName(DType dtype);
+// "f32" (the short form FX prints in type annotations).
+std::string_view DTypeShortName(DType dtype);
+std::optional<DType> DTypeFromName(std::string_view name);
+std::optional<DType> DTypeFromShortName(std::string_view short_name);
+int64_t DTypeItemSize(DType dtype);
+bool DTypeIsFloating(DType dtype);  // float or complex: can carry gradients
+bool DTypeIsIntegral(DType dtype);  // integer or bool
+
+// One dimension (or stride) of a tensor: static, or a SymPy expression over the
+// graph's symbols with a hint (the example value) for byte counts.
+struct Dim {
+  int64_t hint = 0;    // the static value, or the hint of a symbolic dim
+  std::string expr;    // empty for a static dim
+  bool is_static() const { return expr.empty(); }
+  static Dim Static(int64_t v) { return Dim{v, {}}; }
+  bool operator==(const Dim&) const = default;
+};
+
+struct TensorFacts {
+  DType dtype = DType::kFloat32;
+  std::vector<Dim> shape;
+  std::vector<Dim> stride;
+  std::string device = "cpu";
+  bool requires_grad = false;
+
+  int64_t numel() const;   // uses hints for symbolic dims
+  int64_t nbytes() const;  // numel * item size
+  bool operator==(const TensorFacts&) const = default;
+};
+
+// What FX's meta["val"] says about a node's value.
+struct ValueFacts {
+  enum class Kind : uint8_t {
+    kUnknown,  // no meta["val"]
+    kNone, kTensor, kSymInt, kSymFloat, kSymBool, kTuple, kConst,
+  };
+  Kind kind = Kind::kUnknown;
+  TensorFacts tensor;              // kTensor
+  std::string expr;                // kSym*: SymPy expression; kConst: printed value
+  int64_t hint = 0;                // kSymInt: the example value
+  std::vector<ValueFacts> items;   // kTuple
+
+  bool is_tensor() const { return kind == Kind::kTensor; }
+  bool is_sym() const {
+    return kind == Kind::kSymInt || kind == Kind::kSymFloat || kind == Kind::kSymBool;
+  }
+  // Bytes this value occupies: tensors by numel*itemsize, tuples summed,
+  // everything else 0 (Note [Size of a value] in partition.h for the symint rule).
+  int64_t nbytes() const;
+  bool operator==(const ValueFacts&) const = default;
+};
+
+// ---------------------------------------------------------------------------
+// Arguments
+// ---------------------------------------------------------------------------
+
+// An FX argument: a constant, a reference to an earlier node, or a list of them.
+struct Argument {
+  enum class Kind : uint8_t {
+    kNone, kBool, kInt, kDouble, kString, kNode, kList,
+    kDType, kDevice, kLayout, kMemoryFormat,
+  };
+  Kind kind = Kind::kNone;
+  int64_t int_value = 0;     // kBool (0/1), kInt, kDType (the enum value)
+  double double_value = 0;   // kDouble (may be inf/nan)
+  std::string text;          // kString, kDevice ("cpu"), kLayout ("strided"), kMemoryFormat
+  Node* node = nullptr;      // kNode
+  std::vector<Argument> list;  // kList
+
+  static Argument None() { return Argument{}; }
+  static Argument Bool(bool v) { Argument a; a.kind = Kind::kBool; a.int_value = v; return a; }
+  static Argument Int(int64_t v) { Argument a; a.kind = Kind::kInt; a.int_value = v; return a; }
+  static Argument Double(double v) { Argument a; a.kind = Kind::kDouble; a.double_value = v; return a; }
+  static Argument String(std::string v) { Argument a; a.kind = Kind::kString; a.text = std::move(v); return a; }
+  static Argument NodeRef(Node* n) { Argument a; a.kind = Kind::kNode; a.node = n; return a; }
+  static Argument List(std::vector<Argument> v) { Argument a; a.kind = Kind::kList; a.list = std::move(v); return a; }
+  static Argument OfDType(DType d) { Argument a; a.kind = Kind::kDType; a.int_value = static_cast<int64_t>(d); return a; }
+  static Argument Device(std::string d) { Argument a; a.kind = Kind::kDevice; a.text = std::move(d); return a; }
+  static Argument Layout(std::string l) { Argument a; a.kind = Kind::kLayout; a.text = std::move(l); return a; }
+  static Argument MemoryFormat(std::string m) { Argument a; a.kind = Kind::kMemoryFormat; a.text = std::move(m); return a; }
+
+  bool is_node() const { return kind == Kind::kNode; }
+  DType dtype() const { return static_cast<DType>(int_value); }
+  // Calls fn(Node*) for every node reference, depth first, in order.
+  template <typename Fn>
+  void forEachNode(Fn&& fn) const {
+    if (kind == Kind::kNode) fn(node);
+    else if (kind == Kind::kList) for (const Argument& a : list) a.forEachNode(fn);
+  }
+};
+
+using Kwargs = std::vector<std::pair<std::string, Argument>>;
+
+// ---------------------------------------------------------------------------
+// Nodes
+// ---------------------------------------------------------------------------
+
+enum class OpKind : uint8_t { kPlaceholder, kCallFunction, kGetAttr, kOutput };
+std::string_view OpKindName(OpKind op);  // "placeholder", "call_function", ...
+
+// What a placeholder stands for. See docs/format.md, "role".
+enum class PlaceholderRole : uint8_t { kNone, kPrimal, kTangent, kFwdRng, kBwdRng, kSaved, kInput };
+std::string_view PlaceholderRoleName(PlaceholderRole role);
+std::optional<PlaceholderRole> PlaceholderRoleFromName(std::string_view name);
+
+// The node metadata that partitioning reads (FX's node.meta, minus "val").
+struct NodeMeta {
+  std::string recompute;        // CheckpointPolicy name, e.g. "MUST_SAVE"; empty if none
+  std::optional<int64_t> ac_graph_id;
+  std::string partitioner_tag;  // "is_forward", "is_backward", "must_be_in_*"; empty if none
+  std::string stack_trace;
+  std::optional<std::pair<int64_t, int64_t>> value_range;  // [low, high) of integer inputs
+  bool operator==(const NodeMeta&) const = default;
+};
+
+class Node {
+ public:
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  const std::string& name() const { return name_; }
+  OpKind op() const { return op_; }
+  // Placeholder/get_attr: its target; call_function: "aten.mm.default" or
+  // "_operator.getitem"; output: "output".
+  const std::string& target() const { return target_; }
+  const std::vector<Argument>& args() const { return args_; }
+  const Kwargs& kwargs() const { return kwargs_; }
+  // A kwarg by name, or nullptr.
+  const Argument* kwarg(std::string_view key) const;
+  // Each distinct user once, in the order the uses were created.
+  const std::vector<Node*>& users() const { return users_; }
+  // Each distinct node this node reads, in argument order.
+  const std::vector<Node*>& inputs() const { return inputs_; }
+  // Position in the graph's node order (0-based); stable until nodes are erased.
+  size_t index() const { return index_; }
+  Graph* owningGraph() const { return graph_; }
+
+  ValueFacts& val() { return val_; }
+  const ValueFacts& val() const { return val_; }
+  NodeMeta& meta() { return meta_; }
+  const NodeMeta& meta() const { return meta_; }
+
+  PlaceholderRole role() const { return role_; }
+  void setRole(PlaceholderRole role) { role_ = role; }
+  // Placeholders: pytree path of the user input ("args[0]['a']"); may be empty.
+  const std::string& path() const { return path_; }
+  void setPath(std::string path) { path_ = std::move(path); }
+
+  // Op facts of a call_function target, or nullptr (Python callables, or a file
+  // that had none and was not completed from the dispatcher).
+  const OpInfo* opInfo() const;
+
+  bool isPlaceholder() const { return op_ == OpKind::kPlaceholder; }
+  bool isCallFunction() const { return op_ == OpKind::kCallFunction; }
+  bool isOutput() const { return op_ == OpKind::kOutput; }
+  bool isGetItem() const { return op_ == OpKind::kCallFunction && target_ == "_operator.getitem"; }
+
+ private:
+  friend class Graph;
+  Node(Graph* graph, OpKind op, std::string name, std::string target)
+      : graph_(graph), op_(op), name_(std::move(name)), target_(std::move(target)) {}
+  void recomputeInputs();
+
+  Graph* graph_;
+  OpKind op_;
+  std::string name_;
+  std::string target_;
+  std::vector<Argument> args_;
+  Kwargs kwargs_;
+  std::vector<Node*> inputs_;
+  std::vector<Node*> users_;
+  size_t index_ = 0;
+  ValueFacts val_;
+  NodeMeta meta_;
+  PlaceholderRole role_ = PlaceholderRole::kNone;
+  std::string path_;
+};
+
+// ---------------------------------------------------------------------------
+// Graph
+// ---------------------------------------------------------------------------
+
+enum class GraphKind : uint8_t { kPlain, kJoint, kForward, kBackward };
+std::string_view GraphKindName(GraphKind kind);
+std::optional<GraphKind> GraphKindFromName(std::string_view name);
+
+// Facts only a joint forward/backward graph has. See docs/format.md, "joint".
+struct JointFacts {
+  int64_t num_fwd_outputs = 0;
+  std::vector<std::optional<std::string>> output_paths;  // per forward output
+  std::vector<int64_t> tangent_outputs;  // per tangent: the forward output index
+  bool operator==(const JointFacts&) const = default;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  const std::string& name() const { return name_; }
+  void setName(std::string name) { name_ = std::move(name); }
+  GraphKind kind() const { return kind_; }
+  void setKind(GraphKind kind) { kind_ = kind; }
+  JointFacts& joint() { return joint_; }
+  const JointFacts& joint() const { return joint_; }
+  // Hints of the free symbols of symbolic dims, ordered by name.
+  std::map<std::string, int64_t>& symbols() { return symbols_; }
+  const std::map<std::string, int64_t>& symbols() const { return symbols_; }
+  OpTable& ops() { return ops_; }
+  const OpTable& ops() const { return ops_; }
+
+  // Nodes in graph order.
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  size_t size() const { return nodes_.size(); }
+  Node* findNode(std::string_view name) const;
+  // The output node, or nullptr while the graph has none.
+  Node* outputNode() const;
+  std::vector<Node*> placeholders() const;
+  // The output node's entries (nullptr for None), in order.
+  std::vector<Node*> outputValues() const;
+
+  // Creates a node. It is appended, except that it goes before an existing
+  // output node (the output node stays last). The name must be unused.
+  //   Given:   %a = placeholder; return (%a)
+  //   Execute: createNode(kCallFunction, "b", "aten.sin.default", {%a})
+  //   Result:  %a = placeholder; %b = aten.sin.default(%a); return (%a)
+  Node* createNode(OpKind op, std::string name, std::string target,
+                   std::vector<Argument> args = {}, Kwargs kwargs = {});
+  // Replaces a node's arguments, updating use lists.
+  //   Given:   %c = f(%a)
+  //   Execute: setInputs(%c, {%b})
+  //   Result:  %c = f(%b); %a no longer lists %c as a user
+  void setInputs(Node* node, std::vector<Argument> args, Kwargs kwargs = {});
+  // Rewrites every use of `from` to `to`.
+  //   Given:   %3 = f(%1, %2); %4 = g(%3)
+  //   Execute: replaceAllUsesWith(%3, %6)
+  //   Result:  %4 = g(%6)
+  void replaceAllUsesWith(Node* from, Node* to);
+  // Erases a node that has no users (asserts otherwise).
+  void eraseNode(Node* node);
+  // A name not yet used in the graph, derived from `base` FX-style (base, base_1, ...).
+  std::string uniqueName(std::string_view base) const;
+
+ private:
+  void renumber(size_t from);
+
+  std::string name_;
+  GraphKind kind_ = GraphKind::kPlain;
+  JointFacts joint_;
+  std::map<std::string, int64_t> symbols_;
+  OpTable ops_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::unordered_map<std::string, Node*> by_name_;
+};
+
+// Checks the invariants every pass may assume: names unique, arguments defined
+// before use, exactly one output node and it is last, placeholders first,
+// call_function nodes have value facts, joint facts consistent with the graph
+// (num_fwd_outputs, one gradient per primal, tangent map). Errors name the node.
+Status VerifyGraph(const Graph& graph);
+
+// Deep copy: same nodes, names, facts and metadata.
+std::unique_ptr<Graph> CloneGraph(const Graph& graph);
+
+}  // namespace fxremat

@@ -1,0 +1,112 @@
+// Splitting a joint forward/backward graph into a forward and a backward graph,
+// and the signature that fixes every argument position of the two.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fxremat/ir.h"
+#include "fxremat/status.h"
+
+namespace fxremat {
+
+// Note [AOTAutograd runtime contract]
+// The emitted graphs are drop-in for AOTAutograd's runtime wrapper, so positions
+// follow its convention exactly (torch/_functorch/partitioners.py,
+// _extract_fwd_bwd_modules):
+//   forward  inputs : primals (and fwd RNG seed/offset), in joint order
+//   forward  outputs: user forward outputs (num_fwd_outputs of them),
+//                     then saved tensors, then saved symints
+//   backward inputs : saved symints, then saved tensors, then tangents
+//                     (then bwd RNG seed/offset)
+//   backward outputs: one gradient per primal, in primal order (None where the
+//                     joint graph has none)
+// Symints are kept apart from tensors because autograd's ctx.save_for_backward
+// takes only tensors; symints are stashed on ctx.
+//
+// Note [Size of a value]
+// Byte counts follow the reference's _size_of: a tensor is numel * itemsize
+// (symbolic dims at their hint), a tuple the sum of its tensors, a symint 1
+// byte (so that saving a symint is never free but always cheaper than a tensor).
+
+struct SavedValue {
+  std::string name;                       // the joint graph's node name
+  enum class Kind { kTensor, kSymInt } kind = Kind::kTensor;
+  std::optional<std::string> annotation;  // name given by a naming op, if any
+  int64_t forward_output_index = -1;
+  int64_t backward_input_index = -1;
+  ValueFacts facts;
+  int64_t bytes = 0;
+};
+
+struct PrimalEntry {
+  std::string name;
+  int64_t forward_input_index = -1;
+  std::string path;              // pytree path, may be empty
+  int64_t gradient_index = -1;   // backward output index
+  bool has_gradient = false;     // false where the joint graph returns None
+};
+
+struct ForwardOutputEntry {
+  int64_t forward_output_index = -1;
+  std::string name;                 // node name in the forward graph, empty for None
+  std::optional<std::string> path;  // pytree path, if known
+};
+
+struct TangentEntry {
+  std::string name;
+  int64_t backward_input_index = -1;
+  int64_t forward_output_index = -1;  // the forward output it is the cotangent of
+};
+
+struct Signature {
+  std::string partitioner;  // "default", "mincut"
+  int64_t num_fwd_outputs = 0;
+  int64_t forward_num_inputs = 0, forward_num_outputs = 0;
+  int64_t backward_num_inputs = 0, backward_num_outputs = 0;
+  std::vector<PrimalEntry> primals;
+  std::vector<ForwardOutputEntry> forward_outputs;
+  std::vector<SavedValue> saved;  // in forward-output order: tensors, then symints
+  std::vector<TangentEntry> tangents;
+  int64_t savedBytes() const;
+};
+
+struct Partition {
+  std::unique_ptr<Graph> forward;
+  std::unique_ptr<Graph> backward;
+  Signature signature;
+};
+
+// Classification of a joint graph's nodes that partitioners and `inspect` share.
+struct JointClassification {
+  std::vector<Node*> primals, tangents, fwd_rng, bwd_rng;
+  std::vector<Node*> forward_outputs;   // nullptr entries for None
+  std::vector<Node*> backward_outputs;  // one per primal, nullptr for None
+  // Nodes the forward outputs need, computed from primals alone.
+  std::vector<bool> required_by_forward;  // indexed by Node::index()
+  // Nodes that depend on a tangent or must be in the backward.
+  std::vector<bool> in_tangents_closure;
+};
+Expected<JointClassification> ClassifyJoint(const Graph& joint);
+
+// Builds the forward and backward graphs for a chosen set of saved values
+// (joint-graph nodes, tensors and symints; each listed once, in the order to
+// emit) and the signature that describes them. Saved values the backward ends up
+// not using are dropped, as the reference does. Forward nodes that are not saved
+// but needed by the backward are recomputed there. Runs CheckSignature before
+// returning: a violation is an internal error.
+Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*>& saved_values,
+                                     const std::string& partitioner_name);
+
+// Checks both graphs against the signature: counts, every saved value at its
+// stated forward-output and backward-input index with matching facts, tangents
+// and gradients in place, placeholders roles. Errors name the position.
+Status CheckSignature(const Graph& forward, const Graph& backward, const Signature& signature);
+
+// Signature <-> JSON text (docs/format.md, "Signature").
+std::string SignatureToJson(const Signature& signature);
+Expected<Signature> SignatureFromJson(const std::string& text, const std::string& where);
+
+}  // namespace fxremat

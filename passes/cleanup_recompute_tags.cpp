@@ -1,0 +1,47 @@
+// cleanup_recompute_tags: region outputs that feed a later checkpoint region,
+// and (default partition) region inputs, become MUST_SAVE. Assumes recompute
+// tags and ac_graph_id as torch.compile's selective checkpointing sets them.
+#include "passes/cleanup_recompute_tags.h"
+
+namespace fxremat {
+
+namespace {
+bool MustRecompute(const Node& n) {
+  return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
+}
+}  // namespace
+
+Expected<bool> CleanupRecomputeTags(Graph& graph, bool is_default_partition) {
+  bool changed = false;
+  auto make_must_save = [&](Node& n) {
+    if (n.meta().recompute != "MUST_SAVE") {
+      n.meta().recompute = "MUST_SAVE";
+      changed = true;
+    }
+  };
+  for (const auto& up : graph.nodes()) {
+    Node& node = *up;
+    if (MustRecompute(node)) {
+      for (Node* user : node.users()) {
+        if (MustRecompute(*user) && user->meta().ac_graph_id && node.meta().ac_graph_id &&
+            *user->meta().ac_graph_id > *node.meta().ac_graph_id) {
+          make_must_save(node);
+          break;
+        }
+      }
+      continue;
+    }
+    if (!is_default_partition || node.meta().ac_graph_id || node.isOutput()) continue;
+    bool feeds_region = false;
+    for (Node* user : node.users()) feeds_region = feeds_region || MustRecompute(*user);
+    if (!feeds_region) continue;
+    // A getitem of a multi-output node that lives inside a region is not saved.
+    if (node.isGetItem() && !node.args().empty() && node.args()[0].is_node() &&
+        node.args()[0].node->meta().ac_graph_id)
+      continue;
+    make_must_save(node);
+  }
+  return changed;
+}
+
+}  // namespace fxremat

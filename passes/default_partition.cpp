@@ -1,0 +1,146 @@
+// default_partition: the forward keeps the ops the user's forward ran; every
+// forward value the backward reads is saved. Assumes a verified joint graph
+// whose forward nodes carry partitioner_tag=is_forward, as AOTAutograd's joint
+// trace sets it.
+#include "passes/default_partition.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "passes/cleanup_recompute_tags.h"
+#include "src/partition_internal.h"
+
+namespace fxremat {
+
+namespace {
+
+bool IsMultiOutput(const Node& n) {
+  if (n.users().empty()) return false;
+  return std::all_of(n.users().begin(), n.users().end(), [](const Node* u) { return u->isGetItem(); });
+}
+
+bool MustRecompute(const Node& n) {
+  return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
+}
+
+// Assertion and profiler ops are safe to leave out of the saved set.
+bool IsSkippedOp(const Node& n) {
+  static const std::unordered_set<std::string> kSkipped = {
+      "aten._assert_scalar.default", "aten._assert_async.default", "aten._assert_async.msg",
+      "profiler._record_function_enter_new.default", "profiler._record_function_enter.default",
+      "profiler._record_function_exit.default", "profiler._record_function_exit._RecordFunction"};
+  return n.isCallFunction() && kSkipped.count(n.target());
+}
+
+bool IsAssertOnlySymBool(const Node& n) {
+  return n.val().kind == ValueFacts::Kind::kSymBool && !n.users().empty() &&
+         std::all_of(n.users().begin(), n.users().end(),
+                     [](const Node* u) { return u->target() == "aten._assert_scalar.default"; });
+}
+
+}  // namespace
+
+Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
+  FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
+  // The reference respects the original placement of ops rather than data
+  // flow: the forward is every non-tangent node up to the last node tagged
+  // is_forward (or a primal). A graph without any is_forward tag (not traced by
+  // AOTAutograd's joint trace) falls back to data flow: the nodes the forward
+  // outputs need.
+  bool has_forward_tags = false;
+  size_t last_forward = 0;
+  for (const auto& up : joint.nodes()) {
+    const Node& n = *up;
+    if (n.meta().partitioner_tag == "is_forward") has_forward_tags = true;
+    if (n.meta().partitioner_tag == "is_forward" || n.role() == PlaceholderRole::kPrimal ||
+        n.role() == PlaceholderRole::kFwdRng)
+      last_forward = n.index();
+  }
+  std::vector<bool> is_forward(joint.size(), false);
+  for (const auto& up : joint.nodes()) {
+    const Node& n = *up;
+    if (n.isOutput()) continue;
+    if (has_forward_tags) {
+      if (n.index() > last_forward) break;
+      is_forward[n.index()] = n.role() != PlaceholderRole::kTangent;
+    } else {
+      is_forward[n.index()] = c.required_by_forward[n.index()];
+    }
+  }
+  bool has_recomputable_ops = false;
+  for (const auto& up : joint.nodes()) has_recomputable_ops = has_recomputable_ops || MustRecompute(*up);
+
+  std::vector<Node*> saved_values, saved_syms;
+  auto add_unique = [](std::vector<Node*>& list, Node* n) {
+    if (std::find(list.begin(), list.end(), n) == list.end()) list.push_back(n);
+  };
+  for (const auto& up : joint.nodes()) {
+    Node* n = up.get();
+    if (!is_forward[n->index()] || IsSkippedOp(*n)) continue;
+    if (n->op() == OpKind::kGetAttr) continue;
+    if (IsSymNode(*n)) {
+      // Symints are saved apart from tensors (Note [AOTAutograd runtime contract]).
+      add_unique(saved_syms, n);
+      continue;
+    }
+    // A multi-output op's tuple is never saved; its getitems are.
+    if (IsMultiOutput(*n)) continue;
+    if (n->meta().recompute == "MUST_SAVE") { add_unique(saved_values, n); continue; }
+    if (IsImpure(*n)) {
+      if (has_recomputable_ops)
+        return Status::BadInput(fmt::format("cannot apply activation checkpointing to a graph with the "
+                                            "side-effecting op {}", n->target()),
+                                fmt::format("node '{}'", n->name()));
+      add_unique(saved_values, n);
+      continue;
+    }
+    if (!n->val().is_tensor() && n->isCallFunction())
+      return Status::BadInput(fmt::format("forward value of kind other than tensor or symint cannot be saved "
+                                          "(op {})", n->target()),
+                              fmt::format("node '{}'", n->name()));
+    std::vector<Node*> backward_usages;
+    for (Node* user : n->users())
+      if (!is_forward[user->index()]) backward_usages.push_back(user);
+    if (std::all_of(backward_usages.begin(), backward_usages.end(), [](Node* u) { return IsSymNode(*u); })) {
+      // Only sizes are needed in the backward: saving them is cheaper than the tensor.
+      for (Node* u : backward_usages) add_unique(saved_syms, u);
+      continue;
+    }
+    if (!MustRecompute(*n)) add_unique(saved_values, n);
+  }
+  saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(),
+                                  [](Node* n) { return IsAssertOnlySymBool(*n); }),
+                   saved_syms.end());
+  saved_values.insert(saved_values.end(), saved_syms.begin(), saved_syms.end());
+  return saved_values;
+}
+
+Expected<Partition> DefaultPartition(const Graph& joint) {
+  bool has_recomputable_ops = false;
+  for (const auto& up : joint.nodes()) {
+    if (!MustRecompute(*up)) continue;
+    has_recomputable_ops = true;
+    const OpInfo* info = up->opInfo();
+    if (info && info->hasTag("nondeterministic_seeded"))
+      return Status::BadInput(
+          fmt::format("recomputing the random op {} in the backward would draw different random numbers; "
+                      "RNG functionalization is not supported by the default partitioner",
+                      up->target()),
+          fmt::format("node '{}'", up->name()));
+  }
+  if (!has_recomputable_ops) {
+    FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(joint));
+    return ExtractPartition(joint, saved, "default");
+  }
+  // Activation-checkpoint tags are fixed up on a copy: region inputs and
+  // region-to-region boundaries become MUST_SAVE, as in the reference.
+  std::unique_ptr<Graph> tagged = CloneGraph(joint);
+  FXREMAT_ASSIGN_OR_RETURN(bool changed, CleanupRecomputeTags(*tagged, /*is_default_partition=*/true));
+  (void)changed;
+  FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(*tagged));
+  return ExtractPartition(*tagged, saved, "default");
+}
+
+}  // namespace fxremat

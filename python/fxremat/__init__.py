@@ -1,0 +1,62 @@
+"""fxremat: export, serialize and partition PyTorch AOTAutograd joint graphs.
+
+Importing the package is cheap: torch and the optional compiled extension ``fxremat._C``
+are only imported when a function that needs them is first used.
+
+Public API
+----------
+- :func:`export_joint` -- trace a function or ``nn.Module`` into a :class:`JointGraph`
+  (joint forward/backward FX graph through Dynamo + AOTAutograd, fake tensors only).
+- :func:`save` / :func:`load` -- write / read the JSON format of ``docs/format.md``
+  (``.json`` or ``.json.gz``) for any ``torch.fx.GraphModule``.
+- :func:`to_json` / :func:`from_json` -- the same on in-memory documents.
+- :func:`load_joint` -- :func:`load` wrapped as a :class:`JointGraph`.
+- :func:`resolve_path` -- look up a recorded pytree path (``args[1]['weights']``).
+- :func:`partition` / :func:`to_text` -- the C++ library through ``fxremat._C``.
+- :class:`FormatError`, :class:`ExportError`, :class:`UnsupportedGraphError`.
+"""
+
+from ._errors import ExportError, FormatError, UnsupportedGraphError
+
+__version__ = "0.1.0"
+
+FORMAT_VERSION = (1, 0)
+
+_LAZY = {
+    "export_joint": "._export",
+    "JointGraph": "._export",
+    "save": "._format",
+    "load": "._format",
+    "to_json": "._format",
+    "from_json": "._format",
+    "load_joint": "._export",
+    "resolve_path": "._paths",
+    "format_path": "._paths",
+    # C++ partitioner through the compiled extension fxremat._C (imported on first use)
+    "partition": "._partition",
+    "Partition": "._partition",
+    "to_text": "._partition",
+}
+
+__all__ = [
+    "ExportError",
+    "FORMAT_VERSION",
+    "FormatError",
+    "UnsupportedGraphError",
+    *sorted(_LAZY),
+]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fxremat' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,873 @@
+"""Reader and writer of the fxremat graph format (docs/format.md, version 1.0).
+
+``save``/``to_json`` turn any ``torch.fx.GraphModule`` whose nodes carry ``meta["val"]``
+into the JSON document; ``load``/``from_json`` rebuild a runnable GraphModule with the same
+nodes, names, targets and arguments, and with ``meta["val"]`` rebuilt as fake tensors.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import io
+import json
+import keyword
+import math
+import os
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from ._errors import FormatError, UnsupportedGraphError
+
+FORMAT_NAME = "fxremat.graph"
+VERSION = (1, 0)
+KINDS = ("joint", "forward", "backward", "plain")
+ROLES = ("primal", "tangent", "fwd_rng", "bwd_rng", "saved", "input")
+NODE_OPS = ("placeholder", "call_function", "get_attr", "output")
+PARTITIONER_TAGS = ("is_forward", "is_backward", "must_be_in_forward", "must_be_in_backward")
+
+# Python callables a file may name as a call_function target, by module. Anything else
+# is refused by both the writer and the reader (a file must not be able to name, say,
+# os.system). SymInt arithmetic in FX graphs uses these.
+_PY_TARGET_MODULES = ("_operator", "operator", "math")
+_PY_TORCH_TARGETS = (
+    "sym_float", "sym_int", "sym_max", "sym_min", "sym_not", "sym_ite", "sym_sum",
+    "_sym_sqrt",
+)
+
+# Ops that are not in a stock PyTorch and that fxremat knows how to provide.
+def _register_xla_name_tensor() -> None:
+    from . import xla_compat
+
+    xla_compat.register()
+
+
+_OP_PROVIDERS: dict[str, Callable[[], None]] = {
+    "xla.name_tensor.default": _register_xla_name_tensor,
+}
+
+
+# --------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------
+
+
+def derive_role(name: str, kind: str) -> str:
+    """The placeholder role the format derives from a name when ``role`` is absent."""
+    if kind == "plain":
+        return "input"
+    if "tangents" in name:
+        return "tangent"
+    if "fwd_seed" in name or "fwd_base_offset" in name:
+        return "fwd_rng"
+    if "bwd_seed" in name or "bwd_base_offset" in name:
+        return "bwd_rng"
+    return {"joint": "primal", "forward": "primal", "backward": "saved"}[kind]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def target_to_str(target: Any, node_name: str = "?") -> str:
+    """``aten.mm.default`` for OpOverloads, ``module.qualname`` for Python callables."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        raise UnsupportedGraphError(
+            f"node {node_name!r}: target {target} is an overload packet, not an overload; "
+            "AOTAutograd graphs name overloads (e.g. aten.mm.default)"
+        )
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        raise UnsupportedGraphError(
+            f"node {node_name!r}: higher-order operator {target.name()!r} is not supported "
+            "by the fxremat format (its subgraphs cannot be encoded)"
+        )
+    mod = getattr(target, "__module__", None)
+    qual = getattr(target, "__qualname__", None)
+    if callable(target) and mod and qual:
+        s = f"{mod}.{qual}"
+        try:
+            ok = resolve_target(s) is target
+        except FormatError:
+            ok = False
+        if not ok:
+            raise UnsupportedGraphError(
+                f"node {node_name!r}: Python callable target {s!r} is not one the format "
+                f"allows (modules {', '.join(_PY_TARGET_MODULES)} and torch.sym_* only)"
+            )
+        return s
+    raise UnsupportedGraphError(f"node {node_name!r}: unsupported target {target!r}")
+
+
+def resolve_target(s: str) -> Any:
+    """Inverse of :func:`target_to_str`. Raises FormatError for unknown targets."""
+    if not isinstance(s, str) or not s:
+        raise FormatError(f"target must be a non-empty string, got {s!r}")
+    head, _, rest = s.partition(".")
+    if head in _PY_TARGET_MODULES:
+        if not rest.isidentifier():
+            raise FormatError(f"unknown Python target {s!r}")
+        mod = importlib.import_module(head)
+        fn = getattr(mod, rest, None)
+        if fn is None or not callable(fn):
+            raise FormatError(f"unknown Python target {s!r}")
+        return fn
+    if head == "torch" and rest in _PY_TORCH_TARGETS:
+        return getattr(torch, rest)
+    parts = s.split(".")
+    if len(parts) != 3 or not all(p.isidentifier() for p in parts):
+        raise FormatError(
+            f"unknown operator {s!r}: expected 'namespace.name.overload' or an allowed "
+            "Python callable such as '_operator.getitem'"
+        )
+    provider = _OP_PROVIDERS.get(s)
+    if provider is not None:
+        provider()
+    ns, name, overload = parts
+    try:
+        packet = getattr(getattr(torch.ops, ns), name)
+        op = getattr(packet, overload)
+    except (AttributeError, RuntimeError) as e:
+        raise FormatError(f"unknown operator {s!r} (not registered with PyTorch: {e})") from None
+    if not isinstance(op, torch._ops.OpOverload):
+        raise FormatError(f"unknown operator {s!r}: resolves to {type(op).__name__}")
+    return op
+
+
+# --------------------------------------------------------------------------------------
+# Writer
+# --------------------------------------------------------------------------------------
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.symbols: dict[str, int] = {}
+
+    # ---- arguments ------------------------------------------------------------------
+    def arg(self, a: Any, where: str) -> Any:
+        if isinstance(a, fx.Node):
+            return {"node": a.name}
+        if a is None or isinstance(a, (bool, str)):
+            return a
+        if isinstance(a, int):
+            return int(a)
+        if isinstance(a, float):
+            return _enc_float(a)
+        if isinstance(a, (list, tuple)):
+            return [self.arg(x, f"{where}[{i}]") for i, x in enumerate(a)]
+        if isinstance(a, torch.dtype):
+            return {"dtype": _dtype_name(a)}
+        if isinstance(a, torch.device):
+            return {"device": str(a)}
+        if isinstance(a, torch.layout):
+            return {"layout": str(a).removeprefix("torch.")}
+        if isinstance(a, torch.memory_format):
+            return {"memory_format": str(a).removeprefix("torch.")}
+        raise UnsupportedGraphError(
+            f"{where}: argument of type {type(a).__module__}.{type(a).__qualname__} "
+            f"({a!r}) cannot be encoded in the fxremat format"
+        )
+
+    # ---- value facts ----------------------------------------------------------------
+    def _sym_expr(self, s: Any, where: str) -> str:
+        node = s.node
+        expr = node.expr
+        shape_env = getattr(node, "shape_env", None)
+        for sym in sorted(expr.free_symbols, key=str):
+            name = str(sym)
+            if name in self.symbols:
+                continue
+            hint = None
+            if shape_env is not None:
+                table = getattr(shape_env, "backed_var_to_val", None)
+                if table is None:
+                    table = shape_env.var_to_val
+                hint = table.get(sym)
+            if hint is None:
+                raise UnsupportedGraphError(
+                    f"{where}: symbol {name} has no hint (unbacked symbols are not supported)"
+                )
+            self.symbols[name] = int(hint)
+        return str(expr)
+
+    def dim(self, d: Any, where: str) -> Any:
+        if isinstance(d, torch.SymInt):
+            c = d.node.maybe_as_int()
+            if c is not None:
+                return int(c)
+            return {"sym": self._sym_expr(d, where)}
+        return int(d)
+
+    def val(self, v: Any, where: str) -> Any:
+        if isinstance(v, torch.Tensor):
+            if v.layout != torch.strided:
+                raise UnsupportedGraphError(f"{where}: tensor layout {v.layout} is not supported")
+            return {
+                "kind": "tensor",
+                "dtype": _dtype_name(v.dtype),
+                "shape": [self.dim(d, where) for d in v.shape],
+                "stride": [self.dim(d, where) for d in v.stride()],
+                "device": str(v.device),
+                "requires_grad": bool(v.requires_grad),
+            }
+        if isinstance(v, torch.SymInt):
+            c = v.node.maybe_as_int()
+            if c is not None:
+                return {"kind": "const", "value": int(c)}
+            return {"kind": "symint", "expr": self._sym_expr(v, where)}
+        if isinstance(v, torch.SymFloat):
+            return {"kind": "symfloat", "expr": self._sym_expr(v, where)}
+        if isinstance(v, torch.SymBool):
+            return {"kind": "symbool", "expr": self._sym_expr(v, where)}
+        if v is None:
+            return {"kind": "none"}
+        if isinstance(v, (bool, int)):
+            return {"kind": "const", "value": v if isinstance(v, bool) else int(v)}
+        if isinstance(v, float):
+            return {"kind": "const", "value": _enc_float(v)}
+        if isinstance(v, (list, tuple)):
+            return {"kind": "tuple", "items": [self.val(x, f"{where}[{i}]") for i, x in enumerate(v)]}
+        raise UnsupportedGraphError(
+            f"{where}: meta['val'] of type {type(v).__module__}.{type(v).__qualname__} "
+            "cannot be encoded"
+        )
+
+
+def _enc_float(x: float) -> Any:
+    if math.isnan(x):
+        return {"float": "nan"}
+    if math.isinf(x):
+        return {"float": "inf" if x > 0 else "-inf"}
+    return float(x)
+
+
+def _placeholders(graph: fx.Graph) -> list[fx.Node]:
+    return [n for n in graph.nodes if n.op == "placeholder"]
+
+
+def _infer_tangent_outputs(graph: fx.Graph, num_fwd_outputs: int) -> list[int] | None:
+    """From AOTAutograd's input/output descriptors (meta["desc"]), when they are there."""
+    out = graph.output_node()
+    out_descs = out.meta.get("desc")
+    if not isinstance(out_descs, (list, tuple)):
+        return None
+    result = []
+    for n in _placeholders(graph):
+        desc = n.meta.get("desc")
+        if "tangents" not in n.name:
+            continue
+        target = getattr(desc, "output", None)
+        if target is None:
+            return None
+        matches = [i for i, d in enumerate(out_descs[:num_fwd_outputs]) if d == target]
+        if len(matches) != 1:
+            return None
+        result.append(matches[0])
+    return result
+
+
+def to_json(
+    gm: fx.GraphModule,
+    *,
+    num_fwd_outputs: int | None = None,
+    kind: str | None = None,
+    input_paths: Sequence[str | None] | dict[str, str] | None = None,
+    output_paths: Sequence[str | None] | None = None,
+    tangent_outputs: Sequence[int] | None = None,
+    name: str | None = None,
+) -> dict:
+    """The fxremat JSON document (a dict) for ``gm``. See :func:`save`."""
+    if not isinstance(gm, fx.GraphModule):
+        raise TypeError(f"expected a torch.fx.GraphModule, got {type(gm).__name__}")
+    graph = gm.graph
+    facts = gm.meta.get("fxremat", {}) if isinstance(getattr(gm, "meta", None), dict) else {}
+    if kind is None:
+        kind = "joint" if num_fwd_outputs is not None else facts.get("kind", "plain")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "joint":
+        if num_fwd_outputs is None:
+            num_fwd_outputs = facts.get("num_fwd_outputs")
+        if num_fwd_outputs is None:
+            raise ValueError("a joint graph needs num_fwd_outputs")
+        if input_paths is None:
+            input_paths = facts.get("input_paths")
+        if output_paths is None:
+            output_paths = facts.get("output_paths")
+        if tangent_outputs is None:
+            tangent_outputs = facts.get("tangent_outputs")
+        if tangent_outputs is None:
+            tangent_outputs = _infer_tangent_outputs(graph, num_fwd_outputs)
+    if name is None:
+        name = facts.get("name")
+
+    phs = _placeholders(graph)
+    roles = {n: n.meta.get("fxremat_role") or derive_role(n.name, kind) for n in phs}
+    primals = [n for n in phs if roles[n] == "primal"]
+    # paths a loaded graph carries on its placeholders, unless input_paths says otherwise
+    paths: dict[fx.Node, str] = {n: n.meta["fxremat_path"] for n in phs if n.meta.get("fxremat_path")}
+    if input_paths is not None:
+        paths = {}
+        if isinstance(input_paths, dict):
+            by_name = {n.name: n for n in primals}
+            for k, p in input_paths.items():
+                if k not in by_name:
+                    raise ValueError(f"input_paths names {k!r}, which is not a primal placeholder")
+                if p is not None:
+                    paths[by_name[k]] = p
+        else:
+            input_paths = list(input_paths)
+            if len(input_paths) != len(primals):
+                raise ValueError(
+                    f"input_paths has {len(input_paths)} entries for {len(primals)} primals"
+                )
+            for n, p in zip(primals, input_paths):
+                if p is not None:
+                    paths[n] = p
+
+    out_node = graph.output_node()
+    outs = out_node.args[0] if out_node.args else None
+    if not isinstance(outs, (list, tuple)):
+        raise UnsupportedGraphError(
+            "output node: the graph must return a tuple or list of values "
+            f"(got {type(outs).__name__}); wrap a single result in a tuple"
+        )
+
+    doc: dict[str, Any] = {"format": FORMAT_NAME, "version": list(VERSION)}
+    if name is not None:
+        doc["name"] = str(name)
+    doc["kind"] = kind
+    if kind == "joint":
+        nfo = int(num_fwd_outputs)
+        if not 0 <= nfo <= len(outs):
+            raise ValueError(f"num_fwd_outputs={nfo} but the graph has {len(outs)} outputs")
+        joint: dict[str, Any] = {"num_fwd_outputs": nfo}
+        if output_paths is not None:
+            output_paths = list(output_paths)
+            if len(output_paths) != nfo:
+                raise ValueError(f"output_paths has {len(output_paths)} entries for {nfo} forward outputs")
+            joint["output_paths"] = [None if p is None else str(p) for p in output_paths]
+        if tangent_outputs is not None:
+            tangent_outputs = [int(i) for i in tangent_outputs]
+            ntan = sum(1 for n in phs if roles[n] == "tangent")
+            if len(tangent_outputs) != ntan:
+                raise ValueError(f"tangent_outputs has {len(tangent_outputs)} entries for {ntan} tangents")
+            if any(not 0 <= i < nfo for i in tangent_outputs):
+                raise ValueError(f"tangent_outputs {tangent_outputs} out of range of {nfo} forward outputs")
+            joint["tangent_outputs"] = tangent_outputs
+        doc["joint"] = joint
+
+    enc = _Encoder()
+    ops: dict[str, dict] = {}
+    nodes = []
+    for node in graph.nodes:
+        where = f"node {node.name!r}"
+        entry: dict[str, Any] = {"name": node.name, "op": node.op}
+        if node.op == "placeholder":
+            entry["target"] = str(node.target)
+            entry["role"] = roles[node]
+            if node in paths:
+                entry["path"] = paths[node]
+            if node.args:
+                raise UnsupportedGraphError(f"{where}: placeholders with default values are not supported")
+        elif node.op == "call_function":
+            t = target_to_str(node.target, node.name)
+            entry["target"] = t
+            if isinstance(node.target, torch._ops.OpOverload) and t not in ops:
+                ops[t] = {
+                    "schema": str(node.target._schema),
+                    "tags": [tag.name for tag in node.target.tags],
+                }
+        elif node.op == "output":
+            entry["target"] = "output"
+            for i, o in enumerate(outs):
+                if o is not None and not isinstance(o, fx.Node):
+                    raise UnsupportedGraphError(
+                        f"output node: output {i} is {o!r}; only node references and None are supported"
+                    )
+        elif node.op == "get_attr":
+            raise UnsupportedGraphError(
+                f"{where}: get_attr of {node.target!r} "
+                f"({type(_get_attr(gm, node.target)).__name__}) cannot be encoded: the format "
+                "holds no tensor data (constants must be produced by ops in the graph)"
+            )
+        else:
+            raise UnsupportedGraphError(f"{where}: node op {node.op!r} is not supported")
+
+        if node.op == "output":
+            entry["args"] = [enc.arg(list(outs), f"{where} args[0]")]
+        else:
+            if node.args:
+                entry["args"] = [enc.arg(a, f"{where} args[{i}]") for i, a in enumerate(node.args)]
+            if node.kwargs:
+                entry["kwargs"] = {k: enc.arg(v, f"{where} kwargs[{k!r}]") for k, v in node.kwargs.items()}
+
+        if node.op != "output":
+            entry["meta"] = _encode_meta(enc, node, where)
+        nodes.append(entry)
+
+    if enc.symbols:
+        doc["symbols"] = {k: enc.symbols[k] for k in sorted(enc.symbols)}
+    doc["ops"] = {k: ops[k] for k in sorted(ops)}
+    doc["nodes"] = nodes
+    return doc
+
+
+def _get_attr(gm: fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in str(target).split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _encode_meta(enc: _Encoder, node: fx.Node, where: str) -> dict:
+    meta = node.meta
+    out: dict[str, Any] = {}
+    if "val" in meta:
+        out["val"] = enc.val(meta["val"], f"{where} meta['val']")
+    elif "fxremat_val" in meta:  # loaded, but the value could not be rebuilt as fake
+        out["val"] = meta["fxremat_val"]
+    else:
+        raise UnsupportedGraphError(
+            f"{where}: no meta['val'] (run FakeTensorProp, or trace with make_fx/AOTAutograd)"
+        )
+    rc = meta.get("recompute")
+    if rc is not None:
+        from torch.utils.checkpoint import CheckpointPolicy
+
+        if not isinstance(rc, CheckpointPolicy):
+            raise UnsupportedGraphError(f"{where}: meta['recompute'] is {rc!r}, not a CheckpointPolicy")
+        out["recompute"] = rc.name
+    if meta.get("ac_graph_id") is not None:
+        out["ac_graph_id"] = int(meta["ac_graph_id"])
+    tag = meta.get("partitioner_tag")
+    if tag is not None:
+        out["partitioner_tag"] = str(tag)
+    st = meta.get("stack_trace")
+    if st:
+        out["stack_trace"] = str(st)
+    vr = meta.get("value_range")
+    if vr is not None:
+        out["value_range"] = [int(vr[0]), int(vr[1])]
+    return out
+
+
+def dumps(doc: dict) -> str:
+    """Deterministic text of a document: one space indentation, keys in writer order."""
+    return json.dumps(doc, indent=1, ensure_ascii=True, allow_nan=False) + "\n"
+
+
+def save(
+    gm: fx.GraphModule,
+    path: str | os.PathLike,
+    *,
+    num_fwd_outputs: int | None = None,
+    kind: str | None = None,
+    input_paths: Sequence[str | None] | dict[str, str] | None = None,
+    output_paths: Sequence[str | None] | None = None,
+    tangent_outputs: Sequence[int] | None = None,
+    name: str | None = None,
+) -> None:
+    """Write ``gm`` in the fxremat format; ``.gz`` paths are gzip-compressed.
+
+    ``kind`` defaults to ``"joint"`` when ``num_fwd_outputs`` is given, else to what
+    ``gm.meta["fxremat"]`` says (a loaded graph), else ``"plain"``. For a joint graph,
+    ``input_paths`` gives the pytree path of each primal (in placeholder order, or as a
+    dict from placeholder name), ``output_paths`` that of each forward output, and
+    ``tangent_outputs`` the forward output each tangent belongs to (inferred from
+    AOTAutograd's ``meta["desc"]`` when absent). The same graph always gives the same
+    bytes (gzip with mtime 0 and no file name).
+    """
+    doc = to_json(
+        gm,
+        num_fwd_outputs=num_fwd_outputs,
+        kind=kind,
+        input_paths=input_paths,
+        output_paths=output_paths,
+        tangent_outputs=tangent_outputs,
+        name=name,
+    )
+    data = dumps(doc).encode("ascii")
+    path = os.fspath(path)
+    if path.endswith(".gz"):
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as f:
+            f.write(data)
+        data = buf.getvalue()
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+# --------------------------------------------------------------------------------------
+# Reader
+# --------------------------------------------------------------------------------------
+
+
+def _read_doc(path: str | os.PathLike) -> dict:
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise FormatError(f"{path}: corrupt gzip data: {e}") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"{path}: not valid JSON: {e}") from None
+
+
+def load(path: str | os.PathLike) -> fx.GraphModule:
+    """Read a graph file (``.json`` or ``.json.gz``) into a runnable GraphModule.
+
+    The module takes its placeholders flat, in file order (for a joint graph:
+    ``gm(*primals, *tangents)``), and returns a tuple. File-level facts are in
+    ``gm.meta["fxremat"]``: ``kind``, ``name``, ``num_fwd_outputs``, ``input_paths`` (one
+    per primal, None where absent), ``output_paths``, ``tangent_outputs``, ``symbols``.
+    Raises :class:`fxremat.FormatError` for malformed files.
+    """
+    doc = _read_doc(path)
+    try:
+        return from_json(doc)
+    except FormatError as e:
+        raise FormatError(f"{os.fspath(path)}: {e}") from None
+
+
+def _fail(where: str, msg: str) -> FormatError:
+    return FormatError(f"{where}: {msg}")
+
+
+def _expect(cond: bool, where: str, msg: str) -> None:
+    if not cond:
+        raise _fail(where, msg)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+class _Unrebuildable(Exception):
+    """Value facts that are well-formed but cannot be rebuilt as fake values here."""
+
+
+class _Decoder:
+    def __init__(self, symbols: dict[str, int]) -> None:
+        self.symbols = symbols
+        self._fake_mode = None
+        self._sym_map: dict[str, Any] | None = None
+
+    # ---- arguments ------------------------------------------------------------------
+    def arg(self, a: Any, where: str, env: dict[str, fx.Node], later: Any) -> Any:
+        if a is None or isinstance(a, (bool, str, int)):
+            return a
+        if isinstance(a, float):
+            return a
+        if isinstance(a, list):
+            return [self.arg(x, f"{where}[{i}]", env, later) for i, x in enumerate(a)]
+        if isinstance(a, dict):
+            _expect(len(a) == 1, where, f"argument object must have exactly one key, got {sorted(a)}")
+            (key, v), = a.items()
+            if key == "node":
+                _expect(isinstance(v, str), where, f"node reference must be a string, got {v!r}")
+                if v in env:
+                    return env[v]
+                if v in later:
+                    raise _fail(where, f"refers to node {v!r}, which is defined later (nodes must be in topological order)")
+                raise _fail(where, f"refers to unknown node {v!r} (dangling reference)")
+            if key == "float":
+                _expect(v in ("inf", "-inf", "nan"), where, f"unknown float {v!r}")
+                return float(v)
+            if key in ("dtype", "layout", "memory_format"):
+                cls = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}[key]
+                obj = getattr(torch, v, None) if isinstance(v, str) and v.isidentifier() else None
+                _expect(isinstance(obj, cls), where, f"unknown {key} {v!r}")
+                return obj
+            if key == "device":
+                try:
+                    return torch.device(v)
+                except (RuntimeError, TypeError):
+                    raise _fail(where, f"unknown device {v!r}") from None
+            raise _fail(where, f"unknown argument object key {key!r}")
+        raise _fail(where, f"unsupported JSON value {a!r}")
+
+    # ---- value facts ----------------------------------------------------------------
+    def _fake(self):
+        if self._fake_mode is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            shape_env = None
+            if self.symbols:
+                from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+                shape_env = ShapeEnv(duck_shape=False)
+            self._fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+        return self._fake_mode
+
+    def _sym(self, expr: str, where: str, cls: str):
+        import sympy
+
+        mode = self._fake()
+        shape_env = mode.shape_env
+        _expect(shape_env is not None, where, f"symbolic expression {expr!r} but no top-level symbols")
+        if self._sym_map is None:
+            from torch._dynamo.source import ConstantSource
+            from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+            self._sym_map = {}
+            for name in sorted(self.symbols):
+                self._sym_map[name] = shape_env.create_symbol(
+                    int(self.symbols[name]),
+                    source=ConstantSource(f"fxremat_{name}"),
+                    dynamic_dim=DimDynamic.DYNAMIC,
+                )
+        try:
+            parsed = sympy.sympify(expr, locals=dict(self._sym_map))
+        except Exception as e:  # a SymPy function this reader cannot rebuild
+            raise _Unrebuildable(f"{where}: cannot parse symbolic expression {expr!r}: {e}") from None
+        unknown = {str(s) for s in parsed.free_symbols} - {str(s) for s in self._sym_map.values()}
+        _expect(not unknown, where, f"expression {expr!r} uses symbols {sorted(unknown)} not in the symbols table")
+        hint = parsed.xreplace({s: self.symbols[n] for n, s in self._sym_map.items()})
+        if cls == "int":
+            return shape_env.create_symintnode(parsed, hint=int(hint))
+        if cls == "float":
+            return shape_env.create_symfloatnode(parsed, hint=float(hint))
+        return shape_env.create_symboolnode(parsed)
+
+    def dim(self, d: Any, where: str) -> Any:
+        if _is_int(d):
+            return d
+        if isinstance(d, dict) and set(d) == {"sym"} and isinstance(d["sym"], str):
+            return self._sym(d["sym"], where, "int")
+        raise _fail(where, f"dimension must be an integer or {{\"sym\": EXPR}}, got {d!r}")
+
+    def val(self, v: Any, where: str) -> Any:
+        _expect(isinstance(v, dict) and isinstance(v.get("kind"), str), where, f"value facts must be an object with a kind, got {v!r}")
+        k = v["kind"]
+        if k == "tensor":
+            for key in ("dtype", "shape", "stride", "device"):
+                _expect(key in v, where, f"tensor facts lack {key!r}")
+            dtype = getattr(torch, v["dtype"], None) if isinstance(v["dtype"], str) else None
+            _expect(isinstance(dtype, torch.dtype), where, f"unknown dtype {v['dtype']!r}")
+            _expect(isinstance(v["shape"], list) and isinstance(v["stride"], list) and len(v["shape"]) == len(v["stride"]),
+                    where, "shape and stride must be lists of the same length")
+            shape = [self.dim(d, f"{where}.shape[{i}]") for i, d in enumerate(v["shape"])]
+            stride = [self.dim(d, f"{where}.stride[{i}]") for i, d in enumerate(v["stride"])]
+            try:
+                device = torch.device(v["device"])
+            except (RuntimeError, TypeError):
+                raise _fail(where, f"unknown device {v['device']!r}") from None
+            with self._fake():
+                t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+            if v.get("requires_grad"):
+                t.requires_grad_(True)
+            return t
+        if k in ("symint", "symfloat", "symbool"):
+            _expect(isinstance(v.get("expr"), str), where, f"{k} facts lack a string 'expr'")
+            return self._sym(v["expr"], where, {"symint": "int", "symfloat": "float", "symbool": "bool"}[k])
+        if k == "tuple":
+            _expect(isinstance(v.get("items"), list), where, "tuple facts lack an 'items' list")
+            return tuple(self.val(x, f"{where}.items[{i}]") for i, x in enumerate(v["items"]))
+        if k == "none":
+            return None
+        if k == "const":
+            _expect("value" in v, where, "const facts lack 'value'")
+            c = v["value"]
+            if isinstance(c, dict) and set(c) == {"float"}:
+                return float(c["float"])
+            _expect(c is None or isinstance(c, (bool, int, float, str)), where, f"unsupported constant {c!r}")
+            return c
+        raise _fail(where, f"unknown value kind {k!r}")
+
+
+class _Later:
+    """``name in later``: whether a node of that name comes after node ``i``."""
+
+    def __init__(self, first_index: dict[str, int], i: int) -> None:
+        self.first_index, self.i = first_index, i
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.first_index.get(name, -1) > self.i
+
+
+def _check_top(doc: Any) -> None:
+    _expect(isinstance(doc, dict), "$", "the document must be a JSON object")
+    _expect(doc.get("format") == FORMAT_NAME, "$.format", f"expected {FORMAT_NAME!r}, got {doc.get('format')!r}")
+    ver = doc.get("version")
+    _expect(isinstance(ver, list) and len(ver) == 2 and all(_is_int(x) for x in ver),
+            "$.version", f"expected [major, minor], got {ver!r}")
+    if ver[0] != VERSION[0]:
+        raise _fail(
+            "$.version",
+            f"unsupported format version {ver[0]}.{ver[1]}: this reader supports major "
+            f"version {VERSION[0]} (up to {VERSION[0]}.{VERSION[1]})",
+        )
+    _expect(doc.get("kind") in KINDS, "$.kind", f"expected one of {list(KINDS)}, got {doc.get('kind')!r}")
+    _expect(isinstance(doc.get("nodes"), list) and doc["nodes"], "$.nodes", "expected a non-empty list of nodes")
+
+
+def from_json(doc: Any) -> fx.GraphModule:
+    """Rebuild a GraphModule from a parsed document. See :func:`load`."""
+    _check_top(doc)
+    kind = doc["kind"]
+    symbols = doc.get("symbols") or {}
+    _expect(isinstance(symbols, dict) and all(isinstance(k, str) and _is_int(v) for k, v in symbols.items()),
+            "$.symbols", "expected an object of integer hints")
+
+    facts: dict[str, Any] = {"kind": kind, "name": doc.get("name")}
+    joint = doc.get("joint")
+    if kind == "joint":
+        _expect(isinstance(joint, dict), "$.joint", "a joint graph needs the 'joint' object")
+        nfo = joint.get("num_fwd_outputs")
+        _expect(_is_int(nfo) and nfo >= 0, "$.joint.num_fwd_outputs", f"expected a non-negative integer, got {nfo!r}")
+        facts["num_fwd_outputs"] = nfo
+        op_ = joint.get("output_paths")
+        _expect(op_ is None or (isinstance(op_, list) and len(op_) == nfo and all(p is None or isinstance(p, str) for p in op_)),
+                "$.joint.output_paths", f"expected {nfo} strings or nulls")
+        facts["output_paths"] = op_
+        to_ = joint.get("tangent_outputs")
+        _expect(to_ is None or (isinstance(to_, list) and all(_is_int(i) and 0 <= i < nfo for i in to_)),
+                "$.joint.tangent_outputs", f"expected forward-output indices below {nfo}")
+        facts["tangent_outputs"] = to_
+    facts["symbols"] = dict(symbols)
+
+    dec = _Decoder(symbols)
+    nodes_json = doc["nodes"]
+    graph = fx.Graph()
+    env: dict[str, fx.Node] = {}
+    names_seen: set[str] = set()
+    first_index: dict[str, int] = {}
+    for i, n in enumerate(nodes_json):
+        if isinstance(n, dict) and isinstance(n.get("name"), str):
+            first_index.setdefault(n["name"], i)
+    input_paths: list[str | None] = []
+    placeholder_roles = []
+    has_output = False
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    for i, nj in enumerate(nodes_json):
+        where = f"nodes[{i}]"
+        _expect(isinstance(nj, dict), where, "a node must be a JSON object")
+        name = nj.get("name")
+        _expect(isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name),
+                f"{where}.name", f"expected a Python identifier, got {name!r}")
+        where = f"nodes[{i}] ({name!r})"
+        _expect(name not in names_seen, where, f"duplicate node name {name!r}")
+        names_seen.add(name)
+        later = _Later(first_index, i)
+        op = nj.get("op")
+        _expect(op in NODE_OPS, where, f"unknown node op {op!r}")
+        _expect(not has_output, where, "nodes after the output node")
+        target = nj.get("target")
+        args_j = nj.get("args", [])
+        kwargs_j = nj.get("kwargs", {})
+        _expect(isinstance(args_j, list), f"{where}.args", "expected a list")
+        _expect(isinstance(kwargs_j, dict), f"{where}.kwargs", "expected an object")
+        meta_j = nj.get("meta", {})
+        _expect(isinstance(meta_j, dict), f"{where}.meta", "expected an object")
+
+        if op == "placeholder":
+            _expect(isinstance(target, str) and target.isidentifier(), f"{where}.target", f"expected an identifier, got {target!r}")
+            _expect(not args_j and not kwargs_j, where, "placeholders take no arguments")
+            role = nj.get("role")
+            _expect(role is None or role in ROLES, f"{where}.role", f"unknown role {role!r}")
+            role = role or derive_role(target, kind)
+            path = nj.get("path")
+            _expect(path is None or isinstance(path, str), f"{where}.path", f"expected a string, got {path!r}")
+            node = graph.placeholder(name)
+            node.target = target
+            node.meta["fxremat_role"] = role
+            if path is not None:
+                node.meta["fxremat_path"] = path
+            placeholder_roles.append(role)
+            if role == "primal":
+                input_paths.append(path)
+        elif op == "call_function":
+            try:
+                fn = resolve_target(target)
+            except FormatError as e:
+                raise _fail(f"{where}.target", str(e)) from None
+            args = tuple(dec.arg(a, f"{where}.args[{j}]", env, later) for j, a in enumerate(args_j))
+            kwargs = {}
+            for k, v in kwargs_j.items():
+                _expect(k.isidentifier(), f"{where}.kwargs", f"bad keyword {k!r}")
+                kwargs[k] = dec.arg(v, f"{where}.kwargs[{k!r}]", env, later)
+            node = graph.call_function(fn, args, kwargs, name=name)
+        elif op == "get_attr":
+            raise _fail(where, f"get_attr ({target!r}) is not supported by the Python reader: the format holds no tensor data")
+        else:  # output
+            _expect(len(args_j) == 1 and isinstance(args_j[0], list), f"{where}.args",
+                    "the output node takes one argument, a list of node references or nulls")
+            outs = []
+            for j, a in enumerate(args_j[0]):
+                _expect(a is None or (isinstance(a, dict) and set(a) == {"node"}), f"{where}.args[0][{j}]",
+                        f"expected a node reference or null, got {a!r}")
+                outs.append(dec.arg(a, f"{where}.args[0][{j}]", env, later))
+            node = graph.output(tuple(outs))
+            has_output = True
+
+        if node.name != name:
+            raise _fail(where, f"name {name!r} cannot be used as an FX node name (FX chose {node.name!r})")
+        env[name] = node
+
+        if op != "output":
+            if "val" in meta_j:
+                # Malformed facts are a FormatError. Well-formed facts that cannot be
+                # rebuilt here (a SymPy function we cannot parse, a device fake tensors
+                # cannot make) stay available, as JSON, in meta["fxremat_val"].
+                try:
+                    node.meta["val"] = dec.val(meta_j["val"], f"{where}.meta.val")
+                except FormatError:
+                    raise
+                except Exception:
+                    node.meta["fxremat_val"] = meta_j["val"]
+            elif op in ("placeholder", "call_function"):
+                raise _fail(f"{where}.meta", "missing 'val' (required on placeholders and call_function nodes)")
+            rc = meta_j.get("recompute")
+            if rc is not None:
+                _expect(isinstance(rc, str) and rc in CheckpointPolicy.__members__, f"{where}.meta.recompute",
+                        f"unknown policy {rc!r}")
+                node.meta["recompute"] = CheckpointPolicy[rc]
+            if meta_j.get("ac_graph_id") is not None:
+                _expect(_is_int(meta_j["ac_graph_id"]), f"{where}.meta.ac_graph_id", "expected an integer")
+                node.meta["ac_graph_id"] = meta_j["ac_graph_id"]
+            tag = meta_j.get("partitioner_tag")
+            if tag is not None:
+                _expect(tag in PARTITIONER_TAGS, f"{where}.meta.partitioner_tag", f"unknown tag {tag!r}")
+                node.meta["partitioner_tag"] = tag
+            st = meta_j.get("stack_trace")
+            if st is not None:
+                _expect(isinstance(st, str), f"{where}.meta.stack_trace", "expected a string")
+                node.meta["stack_trace"] = st
+            vr = meta_j.get("value_range")
+            if vr is not None:
+                _expect(isinstance(vr, list) and len(vr) == 2 and all(_is_int(x) for x in vr),
+                        f"{where}.meta.value_range", f"expected [low, high), got {vr!r}")
+                node.meta["value_range"] = tuple(vr)
+
+    _expect(has_output, "$.nodes", "no output node (exactly one, the last)")
+    out_node = graph.output_node()
+    if kind == "joint":
+        nouts = len(out_node.args[0])
+        _expect(facts["num_fwd_outputs"] <= nouts, "$.joint.num_fwd_outputs",
+                f"{facts['num_fwd_outputs']} forward outputs but the output node has {nouts} entries")
+        ntan = placeholder_roles.count("tangent")
+        if facts["tangent_outputs"] is not None:
+            _expect(len(facts["tangent_outputs"]) == ntan, "$.joint.tangent_outputs",
+                    f"{len(facts['tangent_outputs'])} entries for {ntan} tangent placeholders")
+        npri = placeholder_roles.count("primal")
+        _expect(nouts == facts["num_fwd_outputs"] + npri, "$.nodes",
+                f"a joint graph returns its forward outputs then one gradient per primal: "
+                f"{nouts} outputs != {facts['num_fwd_outputs']} + {npri} primals")
+        facts["input_paths"] = input_paths
+
+    try:
+        graph.lint()
+    except Exception as e:  # pragma: no cover - guarded by the checks above
+        raise FormatError(f"$.nodes: the rebuilt graph is invalid: {e}") from None
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    gm.meta["fxremat"] = facts
+    return gm

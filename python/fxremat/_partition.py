@@ -1,0 +1,106 @@
+"""Partitioning from Python: the joint graph goes to the C++ library through the
+``fxremat._C`` extension; the forward and backward graphs come back as runnable
+``torch.fx.GraphModule`` objects with the signature that fixes their positions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+_REBUILD_HINT = "rebuild it with `make build` (or `make test`) from the fxremat checkout"
+
+
+def _extension():
+    """The compiled extension, or a clear error that says how to rebuild it."""
+    from . import __version__
+
+    try:
+        from . import _C  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise ImportError(f"fxremat's C++ extension fxremat._C is missing or cannot be loaded ({e}); {_REBUILD_HINT}") from e
+    if getattr(_C, "__version__", None) != __version__:
+        raise ImportError(
+            f"fxremat._C is version {getattr(_C, '__version__', '?')} but the Python package is {__version__}; "
+            f"{_REBUILD_HINT}"
+        )
+    return _C
+
+
+@dataclass
+class Partition:
+    """The result of :func:`partition`.
+
+    ``forward(*primals)`` returns the user outputs followed by the saved values;
+    ``backward(*backward_inputs)`` takes the saved symints, saved tensors and tangents
+    in the order ``signature`` states and returns one gradient (or None) per primal.
+    """
+
+    forward: Any
+    backward: Any
+    signature: dict
+
+    @property
+    def saved_bytes(self) -> int:
+        return int(self.signature["saved_bytes"])
+
+    def run(self, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[list, list]:
+        """Runs forward then backward, wiring every value by the signature's indices.
+
+        Returns ``(forward_outputs, gradients)``.
+        """
+        sig = self.signature
+        fw_out = list(self.forward(*primals))
+        if len(fw_out) != sig["forward"]["num_outputs"]:
+            raise ValueError(f"forward returned {len(fw_out)} values, signature says {sig['forward']['num_outputs']}")
+        bw_in: list[Any] = [None] * sig["backward"]["num_inputs"]
+        for s in sig["saved"]:
+            bw_in[s["backward_input_index"]] = fw_out[s["forward_output_index"]]
+        if len(tangents) != len(sig["tangents"]):
+            raise ValueError(f"{len(tangents)} tangents given, signature has {len(sig['tangents'])}")
+        for t, value in zip(sig["tangents"], tangents):
+            bw_in[t["backward_input_index"]] = value
+        grads = list(self.backward(*bw_in))
+        return fw_out[: sig["num_fwd_outputs"]], grads
+
+
+def _document_text(joint: Any) -> str:
+    from ._export import JointGraph
+    from ._format import dumps, to_json
+
+    if isinstance(joint, (str, os.PathLike)):
+        from ._format import _read_doc
+
+        return dumps(_read_doc(joint))
+    if isinstance(joint, JointGraph):
+        return dumps(joint.to_json())
+    import torch.fx as fx
+
+    if isinstance(joint, fx.GraphModule):
+        return dumps(to_json(joint))
+    raise TypeError(f"expected a JointGraph, a joint fx.GraphModule or a path, got {type(joint).__name__}")
+
+
+def partition(joint: Any, partitioner: str = "default") -> Partition:
+    """Partitions a joint graph with the C++ partitioner named ``partitioner``.
+
+    ``joint`` is a :class:`fxremat.JointGraph`, a joint ``fx.GraphModule`` loaded by
+    :func:`fxremat.load`, or a path to a saved graph. Errors in the graph raise
+    ``ValueError`` with the library's message (it names the node or JSON path).
+    """
+    from ._format import from_json
+
+    _C = _extension()
+    fw_text, bw_text, sig_text = _C.partition(_document_text(joint), partitioner)
+    return Partition(
+        forward=from_json(json.loads(fw_text)),
+        backward=from_json(json.loads(bw_text)),
+        signature=json.loads(sig_text),
+    )
+
+
+def to_text(graph: Any) -> str:
+    """The IR text form (FX ``graph.code`` style, with fxremat's facts) of a graph."""
+    return _extension().to_text(_document_text(graph))

@@ -1,0 +1,1 @@
+"""Helpers for tests and examples: seeded example programs and numeric checks."""

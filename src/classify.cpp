@@ -1,0 +1,86 @@
+// Classifies a joint graph's nodes the way the reference's classify_nodes does
+// (torch/_functorch/partitioners.py): which nodes the forward outputs need
+// (computable from primals alone), and which depend on tangents or must run in
+// the backward.
+#include <fmt/format.h>
+
+#include "fxremat/partition.h"
+#include "partition_internal.h"
+
+namespace fxremat {
+
+bool MustBeInBackward(const Node& n) {
+  if (n.meta().partitioner_tag == "must_be_in_backward") return true;
+  const OpInfo* info = n.opInfo();
+  bool is_mutable = info && info->hasSchema() && info->schema.isMutable();
+  return n.meta().partitioner_tag == "is_backward" && is_mutable;
+}
+
+bool MustBeInForward(const Node& n) {
+  if (n.meta().partitioner_tag == "must_be_in_forward") return true;
+  const OpInfo* info = n.opInfo();
+  bool is_mutable = info && info->hasSchema() && info->schema.isMutable();
+  return n.meta().partitioner_tag != "is_backward" && n.meta().partitioner_tag != "must_be_in_backward" &&
+         is_mutable;
+}
+
+bool IsSymNode(const Node& n) { return n.val().is_sym(); }
+
+Expected<JointClassification> ClassifyJoint(const Graph& joint) {
+  if (joint.kind() != GraphKind::kJoint)
+    return Status::BadInput(fmt::format("expected a joint graph, got a {} graph", GraphKindName(joint.kind())));
+  JointClassification c;
+  for (Node* p : joint.placeholders()) {
+    switch (p->role()) {
+      case PlaceholderRole::kPrimal: c.primals.push_back(p); break;
+      case PlaceholderRole::kTangent: c.tangents.push_back(p); break;
+      case PlaceholderRole::kFwdRng: c.fwd_rng.push_back(p); break;
+      case PlaceholderRole::kBwdRng: c.bwd_rng.push_back(p); break;
+      default:
+        return Status::BadInput(fmt::format("placeholder role '{}' has no place in a joint graph",
+                                            PlaceholderRoleName(p->role())),
+                                fmt::format("node '{}'", p->name()));
+    }
+  }
+  std::vector<Node*> outputs = joint.outputValues();
+  const size_t num_fwd = static_cast<size_t>(joint.joint().num_fwd_outputs);
+  c.forward_outputs.assign(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(num_fwd));
+  c.backward_outputs.assign(outputs.begin() + static_cast<std::ptrdiff_t>(num_fwd), outputs.end());
+
+  const size_t n = joint.size();
+  // Forward-computable: valid when extracting the forward from primals.
+  std::vector<bool> computable(n, false);
+  c.in_tangents_closure.assign(n, false);
+  for (const auto& up : joint.nodes()) {
+    const Node& node = *up;
+    const size_t i = node.index();
+    if (node.role() == PlaceholderRole::kTangent || MustBeInBackward(node)) c.in_tangents_closure[i] = true;
+    for (Node* input : node.inputs())
+      if (c.in_tangents_closure[input->index()] && !node.isOutput()) c.in_tangents_closure[i] = true;
+    if (node.isPlaceholder()) {
+      computable[i] = node.role() == PlaceholderRole::kPrimal || node.role() == PlaceholderRole::kFwdRng;
+    } else if (node.isCallFunction() || node.op() == OpKind::kGetAttr) {
+      bool ok = !MustBeInBackward(node);
+      for (Node* input : node.inputs()) ok = ok && computable[input->index()];
+      computable[i] = ok;
+    }
+  }
+  // Needed by the forward outputs: a backwards walk over computable nodes.
+  c.required_by_forward.assign(n, false);
+  std::vector<Node*> stack;
+  for (Node* o : c.forward_outputs)
+    if (o && computable[o->index()]) stack.push_back(o);
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    if (c.required_by_forward[node->index()]) continue;
+    c.required_by_forward[node->index()] = true;
+    for (Node* input : node->inputs()) stack.push_back(input);
+  }
+  // Primals are inputs of the forward graph whether or not they are used.
+  for (Node* p : c.primals) c.required_by_forward[p->index()] = true;
+  for (Node* p : c.fwd_rng) c.required_by_forward[p->index()] = true;
+  return c;
+}
+
+}  // namespace fxremat

@@ -1,0 +1,225 @@
+// Builds forward and backward graphs from a joint graph and a list of saved
+// values, the way the reference's _extract_fwd_bwd_modules does, and the
+// Signature that states every position (Note [AOTAutograd runtime contract]).
+#include <algorithm>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "fxremat/partition.h"
+#include "partition_internal.h"
+
+namespace fxremat {
+
+bool IsAnnotationOp(std::string_view target) {
+  return target == "xla.name_tensor.default" || target == "xla.offload_name.default" ||
+         target == "fxremat.checkpoint_name.default";
+}
+
+bool IsImpure(const Node& n) {
+  if (!n.isCallFunction()) return false;
+  const OpInfo* info = n.opInfo();
+  return info && info->hasSchema() && info->schema.isMutable();
+}
+
+std::string AnnotationName(const Node& n) {
+  auto name_of = [](const Node& op) -> std::string {
+    if (op.args().size() >= 2 && op.args()[1].kind == Argument::Kind::kString) return op.args()[1].text;
+    if (const Argument* a = op.kwarg("name"); a && a->kind == Argument::Kind::kString) return a->text;
+    return {};
+  };
+  if (n.isCallFunction() && IsAnnotationOp(n.target())) return name_of(n);
+  for (Node* user : n.users())
+    if (user->isCallFunction() && IsAnnotationOp(user->target()) && !user->args().empty() &&
+        user->args()[0].is_node() && user->args()[0].node == &n)
+      return name_of(*user);
+  return {};
+}
+
+namespace {
+
+Argument MapArgument(const Argument& a, const std::unordered_map<const Node*, Node*>& env) {
+  if (a.kind == Argument::Kind::kNode) return Argument::NodeRef(env.at(a.node));
+  if (a.kind == Argument::Kind::kList) {
+    std::vector<Argument> items;
+    items.reserve(a.list.size());
+    for (const Argument& item : a.list) items.push_back(MapArgument(item, env));
+    return Argument::List(std::move(items));
+  }
+  return a;
+}
+
+// Removes nodes without users, last to first, keeping placeholders, the output
+// and side-effecting ops (FX's eliminate_dead_code).
+void EliminateDeadCode(Graph& g) {
+  for (size_t i = g.size(); i-- > 0;) {
+    Node* n = g.nodes()[i].get();
+    if (n->isPlaceholder() || n->isOutput() || IsImpure(*n) || !n->users().empty()) continue;
+    g.eraseNode(n);
+  }
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
+                                                 const std::vector<PlaceholderRole>& input_roles,
+                                                 const std::vector<Node*>& outputs, Subgraph which) {
+  auto g = std::make_unique<Graph>();
+  g->setName(joint.name());
+  g->setKind(which == Subgraph::kForward ? GraphKind::kForward : GraphKind::kBackward);
+  g->symbols() = joint.symbols();
+  std::unordered_map<const Node*, Node*> env;  // joint node -> new node; absent = invalid
+  std::vector<bool> is_input(joint.size(), false);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Node* in = inputs[k];
+    Node* p = g->createNode(OpKind::kPlaceholder, in->name(), in->name());
+    p->val() = in->val();
+    p->meta() = in->meta();
+    p->setRole(input_roles[k]);
+    if (in->isPlaceholder()) p->setPath(in->path());
+    env.emplace(in, p);
+    is_input[in->index()] = true;
+  }
+  for (const auto& up : joint.nodes()) {
+    const Node& n = *up;
+    if (is_input[n.index()] || n.isPlaceholder() || n.isOutput()) continue;
+    if (which == Subgraph::kForward && MustBeInBackward(n)) continue;
+    if (which == Subgraph::kBackward && MustBeInForward(n)) continue;
+    bool valid = true;
+    for (Node* input : n.inputs()) valid = valid && env.count(input);
+    if (!valid) continue;
+    std::vector<Argument> args;
+    args.reserve(n.args().size());
+    for (const Argument& a : n.args()) args.push_back(MapArgument(a, env));
+    Kwargs kwargs;
+    for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, MapArgument(v, env));
+    Node* copy = g->createNode(n.op(), n.name(), n.target(), std::move(args), std::move(kwargs));
+    copy->val() = n.val();
+    copy->meta() = n.meta();
+    env.emplace(&n, copy);
+  }
+  std::vector<Argument> values;
+  for (Node* o : outputs) {
+    if (!o) { values.push_back(Argument::None()); continue; }
+    auto it = env.find(o);
+    if (it == env.end())
+      return Status::BadInput(
+          fmt::format("'{}' is an output of the {} graph but cannot be computed from its inputs",
+                      o->name(), which == Subgraph::kForward ? "forward" : "backward"),
+          fmt::format("node '{}'", o->name()));
+    values.push_back(Argument::NodeRef(it->second));
+  }
+  g->createNode(OpKind::kOutput, g->uniqueName("output"), "output", {Argument::List(std::move(values))});
+  EliminateDeadCode(*g);
+  for (const auto& up : g->nodes())
+    if (const OpInfo* info = joint.findNode(up->name()) ? joint.findNode(up->name())->opInfo() : nullptr)
+      g->ops().emplace(info->target, *info);
+  return g;
+}
+
+Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*>& saved_values,
+                                     const std::string& partitioner_name) {
+  FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
+  std::vector<Node*> saved_tensors, saved_syms;
+  for (Node* s : saved_values) {
+    if (std::find(saved_tensors.begin(), saved_tensors.end(), s) != saved_tensors.end() ||
+        std::find(saved_syms.begin(), saved_syms.end(), s) != saved_syms.end())
+      return Status::Internal(fmt::format("saved value '{}' listed twice", s->name()));
+    (IsSymNode(*s) ? saved_syms : saved_tensors).push_back(s);
+  }
+
+  auto backward_inputs = [&](std::vector<Node*>& inputs, std::vector<PlaceholderRole>& roles) {
+    inputs.clear();
+    roles.clear();
+    for (Node* s : saved_syms) { inputs.push_back(s); roles.push_back(PlaceholderRole::kSaved); }
+    for (Node* s : saved_tensors) { inputs.push_back(s); roles.push_back(PlaceholderRole::kSaved); }
+    for (Node* t : c.tangents) { inputs.push_back(t); roles.push_back(PlaceholderRole::kTangent); }
+    for (Node* r : c.bwd_rng) { inputs.push_back(r); roles.push_back(PlaceholderRole::kBwdRng); }
+  };
+  std::vector<Node*> bw_inputs;
+  std::vector<PlaceholderRole> bw_roles;
+  backward_inputs(bw_inputs, bw_roles);
+  FXREMAT_ASSIGN_OR_RETURN(auto probe, ExtractSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward));
+  // Saved values the backward does not read are dropped, as the reference does.
+  auto unused = [&](Node* s) {
+    Node* p = probe->findNode(s->name());
+    return p == nullptr || p->users().empty();
+  };
+  saved_tensors.erase(std::remove_if(saved_tensors.begin(), saved_tensors.end(), unused), saved_tensors.end());
+  saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(), unused), saved_syms.end());
+
+  std::vector<Node*> fw_inputs;
+  std::vector<PlaceholderRole> fw_roles;
+  for (Node* p : c.primals) { fw_inputs.push_back(p); fw_roles.push_back(PlaceholderRole::kPrimal); }
+  for (Node* r : c.fwd_rng) { fw_inputs.push_back(r); fw_roles.push_back(PlaceholderRole::kFwdRng); }
+  std::vector<Node*> fw_outputs = c.forward_outputs;
+  fw_outputs.insert(fw_outputs.end(), saved_tensors.begin(), saved_tensors.end());
+  fw_outputs.insert(fw_outputs.end(), saved_syms.begin(), saved_syms.end());
+
+  Partition result;
+  FXREMAT_ASSIGN_OR_RETURN(result.forward, ExtractSubgraph(joint, fw_inputs, fw_roles, fw_outputs, Subgraph::kForward));
+  backward_inputs(bw_inputs, bw_roles);
+  FXREMAT_ASSIGN_OR_RETURN(result.backward, ExtractSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward));
+
+  Signature& sig = result.signature;
+  sig.partitioner = partitioner_name;
+  sig.num_fwd_outputs = joint.joint().num_fwd_outputs;
+  sig.forward_num_inputs = static_cast<int64_t>(fw_inputs.size());
+  sig.forward_num_outputs = static_cast<int64_t>(fw_outputs.size());
+  sig.backward_num_inputs = static_cast<int64_t>(bw_inputs.size());
+  sig.backward_num_outputs = static_cast<int64_t>(c.backward_outputs.size());
+  for (size_t i = 0; i < c.primals.size(); ++i) {
+    PrimalEntry e;
+    e.name = c.primals[i]->name();
+    e.forward_input_index = static_cast<int64_t>(i);
+    e.path = c.primals[i]->path();
+    e.gradient_index = static_cast<int64_t>(i);
+    e.has_gradient = c.backward_outputs[i] != nullptr;
+    sig.primals.push_back(std::move(e));
+  }
+  for (size_t i = 0; i < c.forward_outputs.size(); ++i) {
+    ForwardOutputEntry e;
+    e.forward_output_index = static_cast<int64_t>(i);
+    e.name = c.forward_outputs[i] ? c.forward_outputs[i]->name() : "";
+    if (i < joint.joint().output_paths.size()) e.path = joint.joint().output_paths[i];
+    sig.forward_outputs.push_back(std::move(e));
+  }
+  const int64_t num_fwd = sig.num_fwd_outputs;
+  const int64_t num_syms = static_cast<int64_t>(saved_syms.size());
+  const int64_t num_tensors = static_cast<int64_t>(saved_tensors.size());
+  auto add_saved = [&](Node* s, SavedValue::Kind kind, int64_t fw_index, int64_t bw_index) {
+    SavedValue v;
+    v.name = s->name();
+    v.kind = kind;
+    std::string annotation = AnnotationName(*s);
+    if (!annotation.empty()) v.annotation = annotation;
+    v.forward_output_index = fw_index;
+    v.backward_input_index = bw_index;
+    v.facts = s->val();
+    // Note [Size of a value]: symints count 1 byte.
+    v.bytes = kind == SavedValue::Kind::kSymInt ? 1 : s->val().nbytes();
+    sig.saved.push_back(std::move(v));
+  };
+  for (int64_t k = 0; k < num_tensors; ++k)
+    add_saved(saved_tensors[static_cast<size_t>(k)], SavedValue::Kind::kTensor, num_fwd + k, num_syms + k);
+  for (int64_t k = 0; k < num_syms; ++k)
+    add_saved(saved_syms[static_cast<size_t>(k)], SavedValue::Kind::kSymInt, num_fwd + num_tensors + k, k);
+  for (size_t t = 0; t < c.tangents.size(); ++t) {
+    TangentEntry e;
+    e.name = c.tangents[t]->name();
+    e.backward_input_index = num_syms + num_tensors + static_cast<int64_t>(t);
+    e.forward_output_index = t < joint.joint().tangent_outputs.size() ? joint.joint().tangent_outputs[t] : -1;
+    sig.tangents.push_back(std::move(e));
+  }
+  Status check = CheckSignature(*result.forward, *result.backward, sig);
+  if (!check.ok()) return Status::Internal("emitted graphs violate their signature: " + check.ToString());
+  return result;
+}
+
+int64_t Signature::savedBytes() const {
+  int64_t total = 0;
+  for (const SavedValue& s : saved) total += s.bytes;
+  return total;
+}
+
+}  // namespace fxremat

@@ -1,0 +1,375 @@
+// Graph IR implementation: dtype tables, use-list maintenance, the verifier
+// and deep copy.
+#include "fxremat/ir.h"
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+namespace fxremat {
+
+namespace {
+
+struct DTypeEntry {
+  DType dtype;
+  std::string_view name;
+  std::string_view short_name;  // as FX prints it in type annotations
+  int64_t item_size;
+};
+
+constexpr std::array<DTypeEntry, 14> kDTypes = {{
+    {DType::kFloat64, "float64", "f64", 8},
+    {DType::kFloat32, "float32", "f32", 4},
+    {DType::kFloat16, "float16", "f16", 2},
+    {DType::kBFloat16, "bfloat16", "bf16", 2},
+    {DType::kInt64, "int64", "i64", 8},
+    {DType::kInt32, "int32", "i32", 4},
+    {DType::kInt16, "int16", "i16", 2},
+    {DType::kInt8, "int8", "i8", 1},
+    {DType::kUInt8, "uint8", "u8", 1},
+    {DType::kBool, "bool", "b8", 1},
+    {DType::kComplex64, "complex64", "c64", 8},
+    {DType::kComplex128, "complex128", "c128", 16},
+    {DType::kFloat8E4M3FN, "float8_e4m3fn", "f8e4m3fn", 1},
+    {DType::kFloat8E5M2, "float8_e5m2", "f8e5m2", 1},
+}};
+
+const DTypeEntry& Entry(DType dtype) {
+  for (const DTypeEntry& e : kDTypes)
+    if (e.dtype == dtype) return e;
+  assert(false && "unknown DType");
+  return kDTypes[0];
+}
+
+}  // namespace
+
+std::string_view DTypeName(DType dtype) { return Entry(dtype).name; }
+std::string_view DTypeShortName(DType dtype) { return Entry(dtype).short_name; }
+int64_t DTypeItemSize(DType dtype) { return Entry(dtype).item_size; }
+
+std::optional<DType> DTypeFromName(std::string_view name) {
+  for (const DTypeEntry& e : kDTypes)
+    if (e.name == name) return e.dtype;
+  return std::nullopt;
+}
+std::optional<DType> DTypeFromShortName(std::string_view short_name) {
+  for (const DTypeEntry& e : kDTypes)
+    if (e.short_name == short_name) return e.dtype;
+  return std::nullopt;
+}
+
+bool DTypeIsFloating(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: case DType::kFloat32: case DType::kFloat16: case DType::kBFloat16:
+    case DType::kComplex64: case DType::kComplex128: case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      return true;
+    default:
+      return false;
+  }
+}
+bool DTypeIsIntegral(DType dtype) { return !DTypeIsFloating(dtype); }
+
+int64_t TensorFacts::numel() const {
+  int64_t n = 1;
+  for (const Dim& d : shape) n *= d.hint;
+  return n;
+}
+int64_t TensorFacts::nbytes() const { return numel() * DTypeItemSize(dtype); }
+
+int64_t ValueFacts::nbytes() const {
+  switch (kind) {
+    case Kind::kTensor: return tensor.nbytes();
+    case Kind::kTuple: {
+      int64_t total = 0;
+      for (const ValueFacts& item : items) total += item.nbytes();
+      return total;
+    }
+    default: return 0;
+  }
+}
+
+std::string_view OpKindName(OpKind op) {
+  switch (op) {
+    case OpKind::kPlaceholder: return "placeholder";
+    case OpKind::kCallFunction: return "call_function";
+    case OpKind::kGetAttr: return "get_attr";
+    case OpKind::kOutput: return "output";
+  }
+  return "?";
+}
+
+namespace {
+constexpr std::array<std::pair<PlaceholderRole, std::string_view>, 7> kRoles = {{
+    {PlaceholderRole::kNone, "none"}, {PlaceholderRole::kPrimal, "primal"},
+    {PlaceholderRole::kTangent, "tangent"}, {PlaceholderRole::kFwdRng, "fwd_rng"},
+    {PlaceholderRole::kBwdRng, "bwd_rng"}, {PlaceholderRole::kSaved, "saved"},
+    {PlaceholderRole::kInput, "input"},
+}};
+constexpr std::array<std::pair<GraphKind, std::string_view>, 4> kGraphKinds = {{
+    {GraphKind::kPlain, "plain"}, {GraphKind::kJoint, "joint"},
+    {GraphKind::kForward, "forward"}, {GraphKind::kBackward, "backward"},
+}};
+}  // namespace
+
+std::string_view PlaceholderRoleName(PlaceholderRole role) {
+  for (const auto& [r, n] : kRoles)
+    if (r == role) return n;
+  return "?";
+}
+std::optional<PlaceholderRole> PlaceholderRoleFromName(std::string_view name) {
+  for (const auto& [r, n] : kRoles)
+    if (n == name) return r;
+  return std::nullopt;
+}
+std::string_view GraphKindName(GraphKind kind) {
+  for (const auto& [k, n] : kGraphKinds)
+    if (k == kind) return n;
+  return "?";
+}
+std::optional<GraphKind> GraphKindFromName(std::string_view name) {
+  for (const auto& [k, n] : kGraphKinds)
+    if (n == name) return k;
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// Node
+// ---------------------------------------------------------------------------
+
+const Argument* Node::kwarg(std::string_view key) const {
+  for (const auto& [k, v] : kwargs_)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+const OpInfo* Node::opInfo() const {
+  if (op_ != OpKind::kCallFunction) return nullptr;
+  auto it = graph_->ops().find(target_);
+  return it == graph_->ops().end() ? nullptr : &it->second;
+}
+
+void Node::recomputeInputs() {
+  inputs_.clear();
+  auto add = [this](Node* n) {
+    if (std::find(inputs_.begin(), inputs_.end(), n) == inputs_.end()) inputs_.push_back(n);
+  };
+  for (const Argument& a : args_) a.forEachNode(add);
+  for (const auto& [k, v] : kwargs_) v.forEachNode(add);
+}
+
+// ---------------------------------------------------------------------------
+// Graph
+// ---------------------------------------------------------------------------
+
+Node* Graph::findNode(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Node* Graph::outputNode() const {
+  if (nodes_.empty() || !nodes_.back()->isOutput()) return nullptr;
+  return nodes_.back().get();
+}
+
+std::vector<Node*> Graph::placeholders() const {
+  std::vector<Node*> result;
+  for (const auto& n : nodes_)
+    if (n->isPlaceholder()) result.push_back(n.get());
+  return result;
+}
+
+std::vector<Node*> Graph::outputValues() const {
+  std::vector<Node*> result;
+  Node* out = outputNode();
+  if (!out || out->args().empty()) return result;
+  const Argument& values = out->args()[0];
+  if (values.kind == Argument::Kind::kList) {
+    for (const Argument& a : values.list) result.push_back(a.is_node() ? a.node : nullptr);
+  } else {
+    result.push_back(values.is_node() ? values.node : nullptr);
+  }
+  return result;
+}
+
+Node* Graph::createNode(OpKind op, std::string name, std::string target,
+                        std::vector<Argument> args, Kwargs kwargs) {
+  assert(!by_name_.count(name) && "createNode: duplicate node name");
+  auto node = std::unique_ptr<Node>(new Node(this, op, std::move(name), std::move(target)));
+  Node* raw = node.get();
+  size_t position = nodes_.size();
+  if (op != OpKind::kOutput && outputNode() != nullptr) position = nodes_.size() - 1;
+  nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position), std::move(node));
+  by_name_.emplace(raw->name_, raw);
+  renumber(position);
+  setInputs(raw, std::move(args), std::move(kwargs));
+  return raw;
+}
+
+void Graph::setInputs(Node* node, std::vector<Argument> args, Kwargs kwargs) {
+  assert(node->graph_ == this);
+  for (Node* input : node->inputs_) {
+    auto& users = input->users_;
+    users.erase(std::remove(users.begin(), users.end(), node), users.end());
+  }
+  node->args_ = std::move(args);
+  node->kwargs_ = std::move(kwargs);
+  node->recomputeInputs();
+  for (Node* input : node->inputs_) {
+    assert(input->graph_ == this && "argument from another graph");
+    input->users_.push_back(node);
+  }
+}
+
+namespace {
+void ReplaceInArgument(Argument& a, Node* from, Node* to) {
+  if (a.kind == Argument::Kind::kNode && a.node == from) a.node = to;
+  else if (a.kind == Argument::Kind::kList)
+    for (Argument& item : a.list) ReplaceInArgument(item, from, to);
+}
+}  // namespace
+
+void Graph::replaceAllUsesWith(Node* from, Node* to) {
+  assert(from != to);
+  std::vector<Node*> users = from->users_;  // copy: setInputs edits the list
+  for (Node* user : users) {
+    std::vector<Argument> args = user->args_;
+    Kwargs kwargs = user->kwargs_;
+    for (Argument& a : args) ReplaceInArgument(a, from, to);
+    for (auto& [k, v] : kwargs) ReplaceInArgument(v, from, to);
+    setInputs(user, std::move(args), std::move(kwargs));
+  }
+}
+
+void Graph::eraseNode(Node* node) {
+  assert(node->graph_ == this);
+  assert(node->users_.empty() && "eraseNode: the node still has users");
+  setInputs(node, {}, {});
+  size_t position = node->index_;
+  by_name_.erase(node->name_);
+  nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(position));
+  renumber(position);
+}
+
+std::string Graph::uniqueName(std::string_view base) const {
+  std::string candidate(base);
+  for (int i = 1; by_name_.count(candidate); ++i) candidate = fmt::format("{}_{}", base, i);
+  return candidate;
+}
+
+void Graph::renumber(size_t from) {
+  for (size_t i = from; i < nodes_.size(); ++i) nodes_[i]->index_ = i;
+}
+
+// ---------------------------------------------------------------------------
+// Verifier
+// ---------------------------------------------------------------------------
+
+Status VerifyGraph(const Graph& graph) {
+  const auto& nodes = graph.nodes();
+  if (nodes.empty() || !nodes.back()->isOutput())
+    return Status::BadInput("graph has no output node (it must be the last node)");
+  bool seen_non_placeholder = false;
+  for (const auto& up : nodes) {
+    const Node& n = *up;
+    const std::string where = fmt::format("node '{}'", n.name());
+    if (n.isOutput() && &n != nodes.back().get())
+      return Status::BadInput("more than one output node", where);
+    if (n.isPlaceholder() && seen_non_placeholder)
+      return Status::BadInput("placeholder after a non-placeholder node", where);
+    if (!n.isPlaceholder()) seen_non_placeholder = true;
+    for (Node* input : n.inputs()) {
+      if (input->owningGraph() != &graph)
+        return Status::Internal("argument belongs to another graph", where);
+      if (input->index() >= n.index())
+        return Status::BadInput(fmt::format("uses '{}' before it is defined", input->name()), where);
+      if (input->isOutput())
+        return Status::BadInput("uses the output node as a value", where);
+    }
+    if ((n.isPlaceholder() || n.isCallFunction()) &&
+        n.val().kind == ValueFacts::Kind::kUnknown)
+      return Status::BadInput("missing value facts (meta.val)", where);
+    if (n.isOutput() && (n.args().size() != 1 || n.args()[0].kind != Argument::Kind::kList))
+      return Status::BadInput("the output node must have one argument, a list of values", where);
+  }
+  if (graph.kind() == GraphKind::kJoint) {
+    const JointFacts& joint = graph.joint();
+    std::vector<Node*> outputs = graph.outputValues();
+    int64_t primals = 0, tangents = 0;
+    for (Node* p : graph.placeholders()) {
+      primals += p->role() == PlaceholderRole::kPrimal;
+      tangents += p->role() == PlaceholderRole::kTangent;
+    }
+    const int64_t num_outputs = static_cast<int64_t>(outputs.size());
+    if (joint.num_fwd_outputs < 0 || joint.num_fwd_outputs > num_outputs)
+      return Status::BadInput(fmt::format("num_fwd_outputs is {} but the output node has {} entries",
+                                          joint.num_fwd_outputs, num_outputs),
+                              "joint.num_fwd_outputs");
+    if (num_outputs - joint.num_fwd_outputs != primals)
+      return Status::BadInput(
+          fmt::format("num_fwd_outputs is {}: that leaves {} gradient outputs for {} primals "
+                      "(a joint graph returns one gradient per primal)",
+                      joint.num_fwd_outputs, num_outputs - joint.num_fwd_outputs, primals),
+          "joint.num_fwd_outputs");
+    if (!joint.output_paths.empty() &&
+        static_cast<int64_t>(joint.output_paths.size()) != joint.num_fwd_outputs)
+      return Status::BadInput(fmt::format("{} output paths for {} forward outputs",
+                                          joint.output_paths.size(), joint.num_fwd_outputs),
+                              "joint.output_paths");
+    if (static_cast<int64_t>(joint.tangent_outputs.size()) != tangents)
+      return Status::BadInput(fmt::format("{} tangent_outputs entries for {} tangents",
+                                          joint.tangent_outputs.size(), tangents),
+                              "joint.tangent_outputs");
+    for (size_t i = 0; i < joint.tangent_outputs.size(); ++i) {
+      int64_t o = joint.tangent_outputs[i];
+      if (o < 0 || o >= joint.num_fwd_outputs)
+        return Status::BadInput(fmt::format("tangent {} belongs to forward output {}, out of range", i, o),
+                                fmt::format("joint.tangent_outputs[{}]", i));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Clone
+// ---------------------------------------------------------------------------
+
+namespace {
+Argument MapArgument(const Argument& a, const Graph& target) {
+  if (a.kind == Argument::Kind::kNode) return Argument::NodeRef(target.findNode(a.node->name()));
+  if (a.kind == Argument::Kind::kList) {
+    std::vector<Argument> items;
+    items.reserve(a.list.size());
+    for (const Argument& item : a.list) items.push_back(MapArgument(item, target));
+    return Argument::List(std::move(items));
+  }
+  return a;
+}
+}  // namespace
+
+std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
+  auto copy = std::make_unique<Graph>();
+  copy->setName(graph.name());
+  copy->setKind(graph.kind());
+  copy->joint() = graph.joint();
+  copy->symbols() = graph.symbols();
+  copy->ops() = graph.ops();
+  for (const auto& up : graph.nodes()) {
+    const Node& n = *up;
+    std::vector<Argument> args;
+    for (const Argument& a : n.args()) args.push_back(MapArgument(a, *copy));
+    Kwargs kwargs;
+    for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, MapArgument(v, *copy));
+    Node* c = copy->createNode(n.op(), n.name(), n.target(), std::move(args), std::move(kwargs));
+    c->val() = n.val();
+    c->meta() = n.meta();
+    c->setRole(n.role());
+    c->setPath(n.path());
+  }
+  return copy;
+}
+
+}  // namespace fxremat

@@ -1,0 +1,714 @@
+// JSON reader and writer for the graph format of docs/format.md, and the
+// file helpers (gzip-aware reading, atomic writing). nlohmann::json throws; all
+// of its exceptions are caught in this file and become Status errors.
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fxremat/serialize.h"
+#include "fxremat/text.h"
+
+namespace fxremat {
+
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// ---------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------
+
+// Reads one JSON document into a Graph, tracking the JSON path for errors.
+class GraphReader {
+ public:
+  Expected<std::unique_ptr<Graph>> Read(const json& doc);
+
+ private:
+  Status Fail(const std::string& path, const std::string& message) {
+    return Status::BadInput(message, path);
+  }
+  Status ReadHeader(const json& doc);
+  Status ReadOps(const json& ops);
+  Status CheckReferences(const json& nodes);
+  Status ReadNode(const json& j, size_t index);
+  Expected<Argument> ReadArgument(const json& j, const std::string& path, const std::string& node_name);
+  Expected<ValueFacts> ReadValueFacts(const json& j, const std::string& path);
+  Expected<Dim> ReadDim(const json& j, const std::string& path);
+  Status ReadMeta(const json& j, const std::string& path, Node* node);
+  Status InferRolesAndTangents();
+
+  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
+  bool has_tangent_outputs_ = false;
+};
+
+const char* TypeName(const json& j) { return j.type_name(); }
+
+Status GraphReader::ReadHeader(const json& doc) {
+  if (!doc.is_object()) return Fail("/", fmt::format("expected a JSON object, got {}", TypeName(doc)));
+  if (!doc.contains("format") || doc["format"] != "fxremat.graph")
+    return Fail("/format", "not an fxremat graph (expected \"format\": \"fxremat.graph\")");
+  if (!doc.contains("version") || !doc["version"].is_array() || doc["version"].size() != 2 ||
+      !doc["version"][0].is_number_integer() || !doc["version"][1].is_number_integer())
+    return Fail("/version", "expected \"version\": [major, minor]");
+  int64_t major = doc["version"][0].get<int64_t>();
+  int64_t minor = doc["version"][1].get<int64_t>();
+  if (major != kFormatMajorVersion)
+    return Fail("/version", fmt::format("unsupported format version {}.{}: this reader supports major "
+                                        "version {} (files {}.x)",
+                                        major, minor, kFormatMajorVersion, kFormatMajorVersion));
+  if (doc.contains("name")) {
+    if (!doc["name"].is_string()) return Fail("/name", "expected a string");
+    graph_->setName(doc["name"].get<std::string>());
+  }
+  if (!doc.contains("kind") || !doc["kind"].is_string())
+    return Fail("/kind", "missing graph kind (joint, forward, backward or plain)");
+  auto kind = GraphKindFromName(doc["kind"].get<std::string>());
+  if (!kind) return Fail("/kind", fmt::format("unknown graph kind '{}'", doc["kind"].get<std::string>()));
+  graph_->setKind(*kind);
+
+  if (*kind == GraphKind::kJoint) {
+    if (!doc.contains("joint") || !doc["joint"].is_object())
+      return Fail("/joint", "a joint graph needs a \"joint\" object");
+    const json& joint = doc["joint"];
+    if (!joint.contains("num_fwd_outputs") || !joint["num_fwd_outputs"].is_number_integer())
+      return Fail("/joint/num_fwd_outputs", "missing or not an integer");
+    graph_->joint().num_fwd_outputs = joint["num_fwd_outputs"].get<int64_t>();
+    if (joint.contains("output_paths")) {
+      if (!joint["output_paths"].is_array()) return Fail("/joint/output_paths", "expected an array");
+      for (size_t i = 0; i < joint["output_paths"].size(); ++i) {
+        const json& p = joint["output_paths"][i];
+        if (p.is_null()) graph_->joint().output_paths.emplace_back(std::nullopt);
+        else if (p.is_string()) graph_->joint().output_paths.emplace_back(p.get<std::string>());
+        else return Fail(fmt::format("/joint/output_paths/{}", i), "expected a string or null");
+      }
+    }
+    if (joint.contains("tangent_outputs")) {
+      has_tangent_outputs_ = true;
+      if (!joint["tangent_outputs"].is_array()) return Fail("/joint/tangent_outputs", "expected an array");
+      for (size_t i = 0; i < joint["tangent_outputs"].size(); ++i) {
+        const json& t = joint["tangent_outputs"][i];
+        if (!t.is_number_integer())
+          return Fail(fmt::format("/joint/tangent_outputs/{}", i), "expected an integer");
+        graph_->joint().tangent_outputs.push_back(t.get<int64_t>());
+      }
+    }
+  }
+  if (doc.contains("symbols")) {
+    if (!doc["symbols"].is_object()) return Fail("/symbols", "expected an object");
+    for (const auto& [sym, hint] : doc["symbols"].items()) {
+      if (!hint.is_number_integer()) return Fail("/symbols/" + sym, "expected an integer hint");
+      graph_->symbols()[sym] = hint.get<int64_t>();
+    }
+  }
+  return Status::Ok();
+}
+
+Status GraphReader::ReadOps(const json& ops) {
+  if (!ops.is_object()) return Fail("/ops", "expected an object");
+  for (const auto& [target, facts] : ops.items()) {
+    const std::string path = "/ops/" + target;
+    if (!facts.is_object()) return Fail(path, "expected an object");
+    std::string schema;
+    if (facts.contains("schema")) {
+      if (!facts["schema"].is_string()) return Fail(path + "/schema", "expected a string");
+      schema = facts["schema"].get<std::string>();
+    }
+    std::vector<std::string> tags;
+    if (facts.contains("tags")) {
+      if (!facts["tags"].is_array()) return Fail(path + "/tags", "expected an array of strings");
+      for (const json& t : facts["tags"]) {
+        if (!t.is_string()) return Fail(path + "/tags", "expected an array of strings");
+        tags.push_back(t.get<std::string>());
+      }
+    }
+    auto info = MakeOpInfo(target, schema, std::move(tags));
+    if (!info.ok()) return info.status().WithContext(path);
+    graph_->ops().emplace(target, std::move(info).value());
+  }
+  return Status::Ok();
+}
+
+void CollectRefs(const json& j, std::vector<std::string>& out) {
+  if (j.is_object()) {
+    if (j.size() == 1 && j.contains("node") && j["node"].is_string()) {
+      out.push_back(j["node"].get<std::string>());
+      return;
+    }
+    for (const auto& [k, v] : j.items()) CollectRefs(v, out);
+  } else if (j.is_array()) {
+    for (const json& v : j) CollectRefs(v, out);
+  }
+}
+
+// Before building anything: names unique, every reference resolves to some
+// node, and references point backwards. A forward reference is reported as a
+// cycle when the references form one, else as a use before definition.
+Status GraphReader::CheckReferences(const json& nodes) {
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string path = fmt::format("/nodes/{}", i);
+    if (!nodes[i].is_object()) return Fail(path, "expected a node object");
+    if (!nodes[i].contains("name") || !nodes[i]["name"].is_string())
+      return Fail(path + "/name", "missing node name");
+    std::string name = nodes[i]["name"].get<std::string>();
+    if (name.empty()) return Fail(path + "/name", "empty node name");
+    auto [it, inserted] = index_of.emplace(name, i);
+    if (!inserted)
+      return Fail(path + "/name", fmt::format("duplicate node name '{}' (first defined at /nodes/{})",
+                                              name, it->second));
+  }
+  std::vector<std::vector<size_t>> edges(nodes.size());
+  std::optional<std::pair<size_t, size_t>> first_forward_ref;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<std::string> refs;
+    if (nodes[i].contains("args")) CollectRefs(nodes[i]["args"], refs);
+    if (nodes[i].contains("kwargs")) CollectRefs(nodes[i]["kwargs"], refs);
+    const std::string name = nodes[i]["name"].get<std::string>();
+    for (const std::string& ref : refs) {
+      auto it = index_of.find(ref);
+      if (it == index_of.end())
+        return Fail(fmt::format("/nodes/{}", i),
+                    fmt::format("node '{}' references '{}', which is not a node of this graph "
+                                "(dangling reference)", name, ref));
+      edges[i].push_back(it->second);
+      if (it->second >= i && !first_forward_ref) first_forward_ref = std::make_pair(i, it->second);
+    }
+  }
+  if (!first_forward_ref) return Status::Ok();
+  // Look for a cycle with a DFS from every node (colors: 0 new, 1 on stack, 2 done).
+  std::vector<int> color(nodes.size(), 0);
+  std::vector<size_t> stack;
+  std::function<std::optional<std::vector<size_t>>(size_t)> dfs = [&](size_t v) -> std::optional<std::vector<size_t>> {
+    color[v] = 1;
+    stack.push_back(v);
+    for (size_t w : edges[v]) {
+      if (color[w] == 1) {
+        auto start = std::find(stack.begin(), stack.end(), w);
+        std::vector<size_t> cycle(start, stack.end());
+        cycle.push_back(w);
+        return cycle;
+      }
+      if (color[w] == 0)
+        if (auto c = dfs(w)) return c;
+    }
+    stack.pop_back();
+    color[v] = 2;
+    return std::nullopt;
+  };
+  for (size_t v = 0; v < nodes.size(); ++v) {
+    if (color[v] != 0) continue;
+    if (auto cycle = dfs(v)) {
+      std::string text;
+      for (size_t k = 0; k < cycle->size(); ++k)
+        text += (k ? " -> " : "") + nodes[(*cycle)[k]]["name"].get<std::string>();
+      return Fail(fmt::format("/nodes/{}", cycle->front()),
+                  fmt::format("cycle in the graph: {} (each node uses the next)", text));
+    }
+  }
+  auto [user, used] = *first_forward_ref;
+  return Fail(fmt::format("/nodes/{}", user),
+              fmt::format("node '{}' uses '{}' before it is defined (nodes must be in topological order)",
+                          nodes[user]["name"].get<std::string>(), nodes[used]["name"].get<std::string>()));
+}
+
+Expected<Dim> GraphReader::ReadDim(const json& j, const std::string& path) {
+  if (j.is_number_integer()) return Dim::Static(j.get<int64_t>());
+  if (j.is_object() && j.contains("sym") && j["sym"].is_string()) {
+    Dim d;
+    d.expr = j["sym"].get<std::string>();
+    if (j.contains("hint")) {
+      if (!j["hint"].is_number_integer()) return Fail(path + "/hint", "expected an integer");
+      d.hint = j["hint"].get<int64_t>();
+    } else if (auto it = graph_->symbols().find(d.expr); it != graph_->symbols().end()) {
+      d.hint = it->second;
+    } else {
+      return Fail(path, fmt::format("symbolic dim '{}' has no hint (add it to \"symbols\" or give \"hint\")", d.expr));
+    }
+    return d;
+  }
+  return Fail(path, "expected an integer or {\"sym\": EXPR}");
+}
+
+Expected<ValueFacts> GraphReader::ReadValueFacts(const json& j, const std::string& path) {
+  if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string())
+    return Fail(path, "expected value facts {\"kind\": ...}");
+  const std::string kind = j["kind"].get<std::string>();
+  ValueFacts v;
+  if (kind == "tensor") {
+    v.kind = ValueFacts::Kind::kTensor;
+    if (!j.contains("dtype") || !j["dtype"].is_string()) return Fail(path + "/dtype", "missing tensor dtype");
+    auto dtype = DTypeFromName(j["dtype"].get<std::string>());
+    if (!dtype) return Fail(path + "/dtype", fmt::format("unknown dtype '{}'", j["dtype"].get<std::string>()));
+    v.tensor.dtype = *dtype;
+    if (!j.contains("shape") || !j["shape"].is_array()) return Fail(path + "/shape", "missing tensor shape");
+    for (size_t i = 0; i < j["shape"].size(); ++i) {
+      FXREMAT_ASSIGN_OR_RETURN(Dim d, ReadDim(j["shape"][i], fmt::format("{}/shape/{}", path, i)));
+      v.tensor.shape.push_back(std::move(d));
+    }
+    if (j.contains("stride")) {
+      if (!j["stride"].is_array()) return Fail(path + "/stride", "expected an array");
+      for (size_t i = 0; i < j["stride"].size(); ++i) {
+        FXREMAT_ASSIGN_OR_RETURN(Dim d, ReadDim(j["stride"][i], fmt::format("{}/stride/{}", path, i)));
+        v.tensor.stride.push_back(std::move(d));
+      }
+      if (v.tensor.stride.size() != v.tensor.shape.size())
+        return Fail(path + "/stride", fmt::format("{} strides for {} dims", v.tensor.stride.size(),
+                                                  v.tensor.shape.size()));
+    }
+    if (j.contains("device")) {
+      if (!j["device"].is_string()) return Fail(path + "/device", "expected a string");
+      v.tensor.device = j["device"].get<std::string>();
+    }
+    if (j.contains("requires_grad")) {
+      if (!j["requires_grad"].is_boolean()) return Fail(path + "/requires_grad", "expected a boolean");
+      v.tensor.requires_grad = j["requires_grad"].get<bool>();
+    }
+  } else if (kind == "symint" || kind == "symfloat" || kind == "symbool") {
+    v.kind = kind == "symint" ? ValueFacts::Kind::kSymInt
+             : kind == "symfloat" ? ValueFacts::Kind::kSymFloat : ValueFacts::Kind::kSymBool;
+    if (!j.contains("expr") || !j["expr"].is_string()) return Fail(path + "/expr", "missing expression");
+    v.expr = j["expr"].get<std::string>();
+    if (j.contains("hint") && j["hint"].is_number_integer()) v.hint = j["hint"].get<int64_t>();
+  } else if (kind == "tuple") {
+    v.kind = ValueFacts::Kind::kTuple;
+    if (!j.contains("items") || !j["items"].is_array()) return Fail(path + "/items", "missing tuple items");
+    for (size_t i = 0; i < j["items"].size(); ++i) {
+      FXREMAT_ASSIGN_OR_RETURN(ValueFacts item, ReadValueFacts(j["items"][i], fmt::format("{}/items/{}", path, i)));
+      v.items.push_back(std::move(item));
+    }
+  } else if (kind == "none") {
+    v.kind = ValueFacts::Kind::kNone;
+  } else if (kind == "const") {
+    v.kind = ValueFacts::Kind::kConst;
+    v.expr = j.contains("value") ? j["value"].dump() : "None";
+  } else {
+    return Fail(path + "/kind", fmt::format("unknown value kind '{}'", kind));
+  }
+  return v;
+}
+
+Expected<Argument> GraphReader::ReadArgument(const json& j, const std::string& path, const std::string& node_name) {
+  switch (j.type()) {
+    case json::value_t::null: return Argument::None();
+    case json::value_t::boolean: return Argument::Bool(j.get<bool>());
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return Argument::Int(j.get<int64_t>());
+    case json::value_t::number_float: return Argument::Double(j.get<double>());
+    case json::value_t::string: return Argument::String(j.get<std::string>());
+    case json::value_t::array: {
+      std::vector<Argument> items;
+      for (size_t i = 0; i < j.size(); ++i) {
+        FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(j[i], fmt::format("{}/{}", path, i), node_name));
+        items.push_back(std::move(a));
+      }
+      return Argument::List(std::move(items));
+    }
+    case json::value_t::object: {
+      if (j.size() != 1) break;
+      auto only = j.begin();
+      const std::string key = only.key();
+      const json& value = only.value();
+      if (key == "node" && value.is_string()) {
+        Node* n = graph_->findNode(value.get<std::string>());
+        if (!n) return Fail(path, fmt::format("node '{}' references '{}', which is not defined before it",
+                                              node_name, value.get<std::string>()));
+        return Argument::NodeRef(n);
+      }
+      if (!value.is_string()) break;
+      const std::string text = value.get<std::string>();
+      if (key == "float") {
+        if (text == "inf") return Argument::Double(INFINITY);
+        if (text == "-inf") return Argument::Double(-INFINITY);
+        if (text == "nan") return Argument::Double(NAN);
+        return Fail(path, fmt::format("unknown float constant '{}'", text));
+      }
+      if (key == "dtype") {
+        auto d = DTypeFromName(text);
+        if (!d) return Fail(path, fmt::format("unknown dtype '{}'", text));
+        return Argument::OfDType(*d);
+      }
+      if (key == "device") return Argument::Device(text);
+      if (key == "layout") return Argument::Layout(text);
+      if (key == "memory_format") return Argument::MemoryFormat(text);
+      break;
+    }
+    default: break;
+  }
+  return Fail(path, fmt::format("unsupported argument {}", j.dump()));
+}
+
+Status GraphReader::ReadMeta(const json& j, const std::string& path, Node* node) {
+  if (!j.is_object()) return Fail(path, "expected an object");
+  if (j.contains("val")) {
+    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(j["val"], path + "/val"));
+    node->val() = std::move(v);
+  }
+  NodeMeta& meta = node->meta();
+  auto read_string = [&](const char* key, std::string& out) -> Status {
+    if (!j.contains(key) || j[key].is_null()) return Status::Ok();
+    if (!j[key].is_string()) return Fail(path + "/" + key, "expected a string");
+    out = j[key].get<std::string>();
+    return Status::Ok();
+  };
+  FXREMAT_RETURN_IF_ERROR(read_string("recompute", meta.recompute));
+  FXREMAT_RETURN_IF_ERROR(read_string("partitioner_tag", meta.partitioner_tag));
+  FXREMAT_RETURN_IF_ERROR(read_string("stack_trace", meta.stack_trace));
+  static const std::set<std::string> kPolicies = {"MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE",
+                                                  "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD"};
+  if (!meta.recompute.empty() && !kPolicies.count(meta.recompute))
+    return Fail(path + "/recompute", fmt::format("unknown checkpoint policy '{}'", meta.recompute));
+  if (j.contains("ac_graph_id") && !j["ac_graph_id"].is_null()) {
+    if (!j["ac_graph_id"].is_number_integer()) return Fail(path + "/ac_graph_id", "expected an integer");
+    meta.ac_graph_id = j["ac_graph_id"].get<int64_t>();
+  }
+  if (j.contains("value_range") && !j["value_range"].is_null()) {
+    const json& r = j["value_range"];
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
+      return Fail(path + "/value_range", "expected [low, high]");
+    meta.value_range = std::make_pair(r[0].get<int64_t>(), r[1].get<int64_t>());
+  }
+  return Status::Ok();
+}
+
+Status GraphReader::ReadNode(const json& j, size_t index) {
+  const std::string path = fmt::format("/nodes/{}", index);
+  const std::string name = j["name"].get<std::string>();
+  if (!j.contains("op") || !j["op"].is_string()) return Fail(path + "/op", fmt::format("node '{}' has no op", name));
+  const std::string op_name = j["op"].get<std::string>();
+  OpKind op;
+  if (op_name == "placeholder") op = OpKind::kPlaceholder;
+  else if (op_name == "call_function") op = OpKind::kCallFunction;
+  else if (op_name == "get_attr") op = OpKind::kGetAttr;
+  else if (op_name == "output") op = OpKind::kOutput;
+  else return Fail(path + "/op", fmt::format("node '{}': unknown op '{}' (call_module and call_method "
+                                             "are not part of aten graphs)", name, op_name));
+  if (graph_->outputNode() != nullptr)
+    return Fail(path, fmt::format("node '{}' follows the output node (the output node must be last)", name));
+  std::string target = op == OpKind::kOutput ? "output" : name;
+  if (j.contains("target")) {
+    if (!j["target"].is_string()) return Fail(path + "/target", "expected a string");
+    target = j["target"].get<std::string>();
+  } else if (op == OpKind::kCallFunction) {
+    return Fail(path + "/target", fmt::format("call_function node '{}' has no target", name));
+  }
+  std::vector<Argument> args;
+  if (j.contains("args")) {
+    if (!j["args"].is_array()) return Fail(path + "/args", "expected an array");
+    for (size_t i = 0; i < j["args"].size(); ++i) {
+      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(j["args"][i], fmt::format("{}/args/{}", path, i), name));
+      args.push_back(std::move(a));
+    }
+  }
+  Kwargs kwargs;
+  if (j.contains("kwargs")) {
+    if (!j["kwargs"].is_object()) return Fail(path + "/kwargs", "expected an object");
+    for (const auto& [k, v] : j["kwargs"].items()) {
+      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(v, fmt::format("{}/kwargs/{}", path, k), name));
+      kwargs.emplace_back(k, std::move(a));
+    }
+  }
+  if (op == OpKind::kOutput) {
+    if (args.size() != 1 || args[0].kind != Argument::Kind::kList)
+      return Fail(path + "/args", "the output node takes one argument: a list of output values");
+    for (size_t i = 0; i < args[0].list.size(); ++i) {
+      const Argument& a = args[0].list[i];
+      if (a.kind != Argument::Kind::kNode && a.kind != Argument::Kind::kNone)
+        return Fail(fmt::format("{}/args/0/{}", path, i), "an output entry must be a node reference or null");
+    }
+  }
+  Node* node = graph_->createNode(op, name, std::move(target), std::move(args), std::move(kwargs));
+  if (j.contains("meta")) FXREMAT_RETURN_IF_ERROR(ReadMeta(j["meta"], path + "/meta", node));
+  if ((op == OpKind::kPlaceholder || op == OpKind::kCallFunction) &&
+      node->val().kind == ValueFacts::Kind::kUnknown)
+    return Fail(path + "/meta/val", fmt::format("node '{}' has no value facts (meta.val): shapes and "
+                                                "dtypes are needed to size activations", name));
+  if (j.contains("role")) {
+    if (op != OpKind::kPlaceholder) return Fail(path + "/role", "only placeholders have a role");
+    auto role = j["role"].is_string() ? PlaceholderRoleFromName(j["role"].get<std::string>()) : std::nullopt;
+    if (!role) return Fail(path + "/role", fmt::format("unknown placeholder role {}", j["role"].dump()));
+    node->setRole(*role);
+  }
+  if (j.contains("path") && !j["path"].is_null()) {
+    if (!j["path"].is_string()) return Fail(path + "/path", "expected a string");
+    node->setPath(j["path"].get<std::string>());
+  }
+  return Status::Ok();
+}
+
+// Roles follow AOTAutograd's naming convention when a file does not state them;
+// tangent_outputs default to the forward outputs that require grad.
+Status GraphReader::InferRolesAndTangents() {
+  for (Node* p : graph_->placeholders()) {
+    if (p->role() != PlaceholderRole::kNone) continue;
+    const std::string& t = p->target();
+    if (graph_->kind() != GraphKind::kJoint) p->setRole(PlaceholderRole::kInput);
+    else if (t.find("tangents") != std::string::npos) p->setRole(PlaceholderRole::kTangent);
+    else if (t.find("fwd_seed") != std::string::npos || t.find("fwd_base_offset") != std::string::npos)
+      p->setRole(PlaceholderRole::kFwdRng);
+    else if (t.find("bwd_seed") != std::string::npos || t.find("bwd_base_offset") != std::string::npos)
+      p->setRole(PlaceholderRole::kBwdRng);
+    else p->setRole(PlaceholderRole::kPrimal);
+  }
+  if (graph_->kind() == GraphKind::kJoint && !has_tangent_outputs_) {
+    std::vector<Node*> outputs = graph_->outputValues();
+    JointFacts& joint = graph_->joint();
+    for (int64_t i = 0; i < joint.num_fwd_outputs && i < static_cast<int64_t>(outputs.size()); ++i) {
+      Node* o = outputs[static_cast<size_t>(i)];
+      if (o && o->val().is_tensor() && o->val().tensor.requires_grad) joint.tangent_outputs.push_back(i);
+    }
+  }
+  return Status::Ok();
+}
+
+Expected<std::unique_ptr<Graph>> GraphReader::Read(const json& doc) {
+  FXREMAT_RETURN_IF_ERROR(ReadHeader(doc));
+  if (doc.contains("ops")) FXREMAT_RETURN_IF_ERROR(ReadOps(doc["ops"]));
+  if (!doc.contains("nodes") || !doc["nodes"].is_array()) return Fail("/nodes", "missing the node list");
+  const json& nodes = doc["nodes"];
+  FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));
+  for (size_t i = 0; i < nodes.size(); ++i) FXREMAT_RETURN_IF_ERROR(ReadNode(nodes[i], i));
+  if (graph_->outputNode() == nullptr)
+    return Fail("/nodes", "the graph has no output node");
+  FXREMAT_RETURN_IF_ERROR(InferRolesAndTangents());
+  FXREMAT_RETURN_IF_ERROR(VerifyGraph(*graph_));
+  return std::move(graph_);
+}
+
+// ---------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------
+
+ojson DimToJson(const Dim& d) {
+  if (d.is_static()) return d.hint;
+  return ojson{{"sym", d.expr}, {"hint", d.hint}};
+}
+
+ojson ValueFactsToJson(const ValueFacts& v) {
+  ojson j;
+  switch (v.kind) {
+    case ValueFacts::Kind::kTensor: {
+      j["kind"] = "tensor";
+      j["dtype"] = std::string(DTypeName(v.tensor.dtype));
+      ojson shape = ojson::array(), stride = ojson::array();
+      for (const Dim& d : v.tensor.shape) shape.push_back(DimToJson(d));
+      for (const Dim& d : v.tensor.stride) stride.push_back(DimToJson(d));
+      j["shape"] = shape;
+      j["stride"] = stride;
+      j["device"] = v.tensor.device;
+      j["requires_grad"] = v.tensor.requires_grad;
+      break;
+    }
+    case ValueFacts::Kind::kSymInt: j["kind"] = "symint"; j["expr"] = v.expr; j["hint"] = v.hint; break;
+    case ValueFacts::Kind::kSymFloat: j["kind"] = "symfloat"; j["expr"] = v.expr; break;
+    case ValueFacts::Kind::kSymBool: j["kind"] = "symbool"; j["expr"] = v.expr; break;
+    case ValueFacts::Kind::kTuple: {
+      j["kind"] = "tuple";
+      ojson items = ojson::array();
+      for (const ValueFacts& item : v.items) items.push_back(ValueFactsToJson(item));
+      j["items"] = items;
+      break;
+    }
+    case ValueFacts::Kind::kNone: j["kind"] = "none"; break;
+    case ValueFacts::Kind::kConst:
+      j["kind"] = "const";
+      j["value"] = ojson::parse(v.expr, nullptr, /*allow_exceptions=*/false);
+      break;
+    case ValueFacts::Kind::kUnknown: break;
+  }
+  return j;
+}
+
+ojson ArgumentToJson(const Argument& a) {
+  switch (a.kind) {
+    case Argument::Kind::kNone: return nullptr;
+    case Argument::Kind::kBool: return a.int_value != 0;
+    case Argument::Kind::kInt: return a.int_value;
+    case Argument::Kind::kDouble:
+      if (std::isnan(a.double_value)) return ojson{{"float", "nan"}};
+      if (std::isinf(a.double_value)) return ojson{{"float", a.double_value > 0 ? "inf" : "-inf"}};
+      return a.double_value;
+    case Argument::Kind::kString: return a.text;
+    case Argument::Kind::kNode: return ojson{{"node", a.node->name()}};
+    case Argument::Kind::kList: {
+      ojson list = ojson::array();
+      for (const Argument& item : a.list) list.push_back(ArgumentToJson(item));
+      return list;
+    }
+    case Argument::Kind::kDType: return ojson{{"dtype", std::string(DTypeName(a.dtype()))}};
+    case Argument::Kind::kDevice: return ojson{{"device", a.text}};
+    case Argument::Kind::kLayout: return ojson{{"layout", a.text}};
+    case Argument::Kind::kMemoryFormat: return ojson{{"memory_format", a.text}};
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) {
+  json doc;
+  try {
+    doc = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    // e.what() reads "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+    std::string what = e.what();
+    if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
+    return Status::BadInput(fmt::format("malformed JSON: {}", what));
+  }
+  try {
+    GraphReader reader;
+    return reader.Read(doc);
+  } catch (const json::exception& e) {
+    return Status::BadInput(fmt::format("malformed graph document: {}", e.what()));
+  }
+}
+
+std::string GraphToJson(const Graph& graph) {
+  ojson doc;
+  doc["format"] = "fxremat.graph";
+  doc["version"] = {kFormatMajorVersion, kFormatMinorVersion};
+  if (!graph.name().empty()) doc["name"] = graph.name();
+  doc["kind"] = std::string(GraphKindName(graph.kind()));
+  if (graph.kind() == GraphKind::kJoint) {
+    ojson joint;
+    joint["num_fwd_outputs"] = graph.joint().num_fwd_outputs;
+    if (!graph.joint().output_paths.empty()) {
+      ojson paths = ojson::array();
+      for (const auto& p : graph.joint().output_paths) paths.push_back(p ? ojson(*p) : ojson(nullptr));
+      joint["output_paths"] = paths;
+    }
+    joint["tangent_outputs"] = graph.joint().tangent_outputs;
+    doc["joint"] = joint;
+  }
+  if (!graph.symbols().empty()) {
+    ojson symbols = ojson::object();
+    for (const auto& [sym, hint] : graph.symbols()) symbols[sym] = hint;
+    doc["symbols"] = symbols;
+  }
+  ojson ops = ojson::object();
+  for (const auto& [target, info] : graph.ops()) {
+    ojson facts;
+    facts["schema"] = info.schema_text;
+    facts["tags"] = info.tags;
+    ops[target] = facts;
+  }
+  doc["ops"] = ops;
+  ojson nodes = ojson::array();
+  for (const auto& up : graph.nodes()) {
+    const Node& n = *up;
+    ojson j;
+    j["name"] = n.name();
+    j["op"] = std::string(OpKindName(n.op()));
+    j["target"] = n.target();
+    if (n.isPlaceholder()) {
+      j["role"] = std::string(PlaceholderRoleName(n.role()));
+      if (!n.path().empty()) j["path"] = n.path();
+    }
+    if (!n.args().empty()) {
+      ojson args = ojson::array();
+      for (const Argument& a : n.args()) args.push_back(ArgumentToJson(a));
+      j["args"] = args;
+    }
+    if (!n.kwargs().empty()) {
+      ojson kwargs = ojson::object();
+      for (const auto& [k, v] : n.kwargs()) kwargs[k] = ArgumentToJson(v);
+      j["kwargs"] = kwargs;
+    }
+    ojson meta = ojson::object();
+    if (n.val().kind != ValueFacts::Kind::kUnknown) meta["val"] = ValueFactsToJson(n.val());
+    const NodeMeta& m = n.meta();
+    if (!m.recompute.empty()) meta["recompute"] = m.recompute;
+    if (m.ac_graph_id) meta["ac_graph_id"] = *m.ac_graph_id;
+    if (!m.partitioner_tag.empty()) meta["partitioner_tag"] = m.partitioner_tag;
+    if (!m.stack_trace.empty()) meta["stack_trace"] = m.stack_trace;
+    if (m.value_range) meta["value_range"] = {m.value_range->first, m.value_range->second};
+    if (!meta.empty()) j["meta"] = meta;
+    nodes.push_back(std::move(j));
+  }
+  doc["nodes"] = std::move(nodes);
+  return doc.dump(1) + "\n";
+}
+
+// ---------------------------------------------------------------------------
+// Files
+// ---------------------------------------------------------------------------
+
+Expected<std::string> ReadFileContents(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    return Status::BadInput("no such file (or not a regular file)", path);
+  // gzread reads plain files transparently.
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) return Status::BadInput("cannot open file", path);
+  std::string contents;
+  char buffer[1 << 16];
+  while (true) {
+    int n = gzread(f, buffer, sizeof(buffer));
+    if (n < 0) {
+      int errnum = 0;
+      std::string message = gzerror(f, &errnum);
+      gzclose(f);
+      return Status::BadInput(fmt::format("cannot read compressed file: {}", message), path);
+    }
+    if (n == 0) break;
+    contents.append(buffer, static_cast<size_t>(n));
+  }
+  // A truncated gzip stream reads short without an error from gzread; gzclose
+  // and gzeof tell whether the stream ended cleanly.
+  int close_status = gzclose(f);
+  if (close_status != Z_OK && close_status != Z_BUF_ERROR)
+    return Status::BadInput("cannot read compressed file (truncated or corrupt)", path);
+  if (close_status == Z_BUF_ERROR)
+    return Status::BadInput("truncated compressed file (the gzip stream ends early)", path);
+  return contents;
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  bool ok = true;
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+    gzFile f = gzopen(tmp.c_str(), "wb9");
+    ok = f != nullptr;
+    if (ok) {
+      ok = contents.empty() ||
+           gzwrite(f, contents.data(), static_cast<unsigned>(contents.size())) ==
+               static_cast<int>(contents.size());
+      ok = (gzclose(f) == Z_OK) && ok;
+    }
+  } else {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    out.close();
+    ok = !out.fail();
+  }
+  std::error_code ec;
+  if (ok) std::filesystem::rename(tmp, path, ec);
+  if (!ok || ec) {
+    std::filesystem::remove(tmp, ec);
+    return Status::BadInput("cannot write file", path);
+  }
+  return Status::Ok();
+}
+
+Expected<std::unique_ptr<Graph>> LoadGraphFile(const std::string& path) {
+  FXREMAT_ASSIGN_OR_RETURN(std::string contents, ReadFileContents(path));
+  size_t first = contents.find_first_not_of(" \t\r\n");
+  bool is_text = path.size() >= 5 && path.compare(path.size() - 5, 5, ".fxir") == 0;
+  if (first != std::string::npos && (contents[first] == '#' || contents[first] == 'd')) is_text = true;
+  if (first == std::string::npos) return Status::BadInput("empty file", path);
+  auto graph = is_text ? ParseGraph(contents) : GraphFromJson(contents);
+  if (!graph.ok()) return graph.status().WithContext(path);
+  return graph;
+}
+
+}  // namespace fxremat

@@ -1,0 +1,35 @@
+// Helpers shared by the partition sources (private to src/ and passes/).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "fxremat/ir.h"
+#include "fxremat/status.h"
+
+namespace fxremat {
+
+// partitioner_tag / mutable-schema rules of the reference's _must_be_in_backward
+// and _must_be_in_forward.
+bool MustBeInBackward(const Node& n);
+bool MustBeInForward(const Node& n);
+bool IsSymNode(const Node& n);
+// Ops with side effects (a mutable schema): never dropped as dead code.
+bool IsImpure(const Node& n);
+
+enum class Subgraph { kForward, kBackward };
+
+// The reference's _extract_graph_with_inputs_outputs: a new graph that takes
+// `inputs` (joint nodes, turned into placeholders in this order, keeping their
+// names) and returns `outputs` (nullptr = None), copying every joint node whose
+// arguments are all available, then removing dead code. An output that cannot
+// be computed from the inputs is a bad-input error naming it.
+Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
+                                                 const std::vector<PlaceholderRole>& input_roles,
+                                                 const std::vector<Node*>& outputs, Subgraph which);
+
+// The name a naming op (xla.name_tensor, fxremat.checkpoint_name, ...) gives
+// this value: as the op's result or as its annotated input. Empty if none.
+std::string AnnotationName(const Node& n);
+
+}  // namespace fxremat

@@ -1,0 +1,277 @@
+// The signature checker (every position the signature states is where the
+// graphs have it) and the signature's JSON form.
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fxremat/partition.h"
+#include "fxremat/text.h"
+
+namespace fxremat {
+
+namespace {
+
+Status Violation(const std::string& where, const std::string& message) {
+  return Status::BadInput(message, "signature " + where);
+}
+
+}  // namespace
+
+Status CheckSignature(const Graph& forward, const Graph& backward, const Signature& sig) {
+  const std::vector<Node*> fw_in = forward.placeholders();
+  const std::vector<Node*> fw_out = forward.outputValues();
+  const std::vector<Node*> bw_in = backward.placeholders();
+  const std::vector<Node*> bw_out = backward.outputValues();
+  auto count = [](const char* what, size_t actual, int64_t stated) -> Status {
+    if (static_cast<int64_t>(actual) != stated)
+      return Violation(what, fmt::format("states {} but the graph has {}", stated, actual));
+    return Status::Ok();
+  };
+  FXREMAT_RETURN_IF_ERROR(count("forward.num_inputs", fw_in.size(), sig.forward_num_inputs));
+  FXREMAT_RETURN_IF_ERROR(count("forward.num_outputs", fw_out.size(), sig.forward_num_outputs));
+  FXREMAT_RETURN_IF_ERROR(count("backward.num_inputs", bw_in.size(), sig.backward_num_inputs));
+  FXREMAT_RETURN_IF_ERROR(count("backward.num_outputs", bw_out.size(), sig.backward_num_outputs));
+  const int64_t expected_fw_outputs = sig.num_fwd_outputs + static_cast<int64_t>(sig.saved.size());
+  if (sig.forward_num_outputs != expected_fw_outputs)
+    return Violation("forward.num_outputs", fmt::format("{} forward outputs + {} saved values != {}",
+                                                        sig.num_fwd_outputs, sig.saved.size(),
+                                                        sig.forward_num_outputs));
+  if (static_cast<int64_t>(sig.primals.size()) != sig.backward_num_outputs)
+    return Violation("primals", fmt::format("{} primals but {} backward outputs (one gradient per primal)",
+                                            sig.primals.size(), sig.backward_num_outputs));
+
+  std::set<int64_t> fw_in_used, fw_out_used, bw_in_used, bw_out_used;
+  auto claim = [](std::set<int64_t>& used, int64_t index, int64_t limit, const std::string& where) -> Status {
+    if (index < 0 || index >= limit) return Violation(where, fmt::format("index {} out of range [0, {})", index, limit));
+    if (!used.insert(index).second) return Violation(where, fmt::format("index {} is claimed twice", index));
+    return Status::Ok();
+  };
+
+  for (size_t i = 0; i < sig.primals.size(); ++i) {
+    const PrimalEntry& p = sig.primals[i];
+    const std::string where = fmt::format("primals[{}] ({})", i, p.name);
+    FXREMAT_RETURN_IF_ERROR(claim(fw_in_used, p.forward_input_index, sig.forward_num_inputs, where + ".forward_input_index"));
+    const Node* node = fw_in[static_cast<size_t>(p.forward_input_index)];
+    if (node->name() != p.name || node->role() != PlaceholderRole::kPrimal)
+      return Violation(where, fmt::format("declared at forward input {} but forward input {} is '{}' ({})",
+                                          p.forward_input_index, p.forward_input_index, node->name(),
+                                          PlaceholderRoleName(node->role())));
+    FXREMAT_RETURN_IF_ERROR(claim(bw_out_used, p.gradient_index, sig.backward_num_outputs, where + ".gradient_index"));
+    const bool has = bw_out[static_cast<size_t>(p.gradient_index)] != nullptr;
+    if (has != p.has_gradient)
+      return Violation(where, fmt::format("states has_gradient={} but backward output {} is {}", p.has_gradient,
+                                          p.gradient_index, has ? "a tensor" : "None"));
+  }
+  for (size_t i = 0; i < sig.forward_outputs.size(); ++i) {
+    const ForwardOutputEntry& o = sig.forward_outputs[i];
+    const std::string where = fmt::format("forward_outputs[{}]", i);
+    if (o.forward_output_index < 0 || o.forward_output_index >= sig.num_fwd_outputs)
+      return Violation(where, fmt::format("index {} is not a user output (there are {})", o.forward_output_index,
+                                          sig.num_fwd_outputs));
+    FXREMAT_RETURN_IF_ERROR(claim(fw_out_used, o.forward_output_index, sig.forward_num_outputs, where));
+    const Node* node = fw_out[static_cast<size_t>(o.forward_output_index)];
+    const std::string actual = node ? node->name() : "";
+    if (actual != o.name)
+      return Violation(where, fmt::format("names '{}' but forward output {} is '{}'", o.name, o.forward_output_index,
+                                          node ? actual : "None"));
+  }
+  // Saved values: tensors occupy a contiguous block, then symints
+  // (Note [AOTAutograd runtime contract]).
+  int64_t num_syms = 0;
+  for (const SavedValue& s : sig.saved) num_syms += s.kind == SavedValue::Kind::kSymInt;
+  const int64_t num_tensors = static_cast<int64_t>(sig.saved.size()) - num_syms;
+  for (size_t i = 0; i < sig.saved.size(); ++i) {
+    const SavedValue& s = sig.saved[i];
+    const std::string where = fmt::format("saved[{}] ({})", i, s.name);
+    const bool is_sym = s.kind == SavedValue::Kind::kSymInt;
+    FXREMAT_RETURN_IF_ERROR(claim(fw_out_used, s.forward_output_index, sig.forward_num_outputs, where + ".forward_output_index"));
+    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, s.backward_input_index, sig.backward_num_inputs, where + ".backward_input_index"));
+    const int64_t fw_lo = sig.num_fwd_outputs + (is_sym ? num_tensors : 0);
+    const int64_t fw_hi = fw_lo + (is_sym ? num_syms : num_tensors);
+    if (s.forward_output_index < fw_lo || s.forward_output_index >= fw_hi)
+      return Violation(where, fmt::format("a saved {} must be a forward output in [{}, {}), not {}",
+                                          is_sym ? "symint" : "tensor", fw_lo, fw_hi, s.forward_output_index));
+    const int64_t bw_lo = is_sym ? 0 : num_syms;
+    const int64_t bw_hi = bw_lo + (is_sym ? num_syms : num_tensors);
+    if (s.backward_input_index < bw_lo || s.backward_input_index >= bw_hi)
+      return Violation(where, fmt::format("a saved {} must be a backward input in [{}, {}), not {}",
+                                          is_sym ? "symint" : "tensor", bw_lo, bw_hi, s.backward_input_index));
+    const Node* produced = fw_out[static_cast<size_t>(s.forward_output_index)];
+    if (!produced || produced->name() != s.name)
+      return Violation(where, fmt::format("declared at forward output {} but forward output {} is '{}'",
+                                          s.forward_output_index, s.forward_output_index,
+                                          produced ? produced->name() : "None"));
+    const Node* consumed = bw_in[static_cast<size_t>(s.backward_input_index)];
+    if (consumed->name() != s.name || consumed->role() != PlaceholderRole::kSaved)
+      return Violation(where, fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
+                                          s.backward_input_index, s.backward_input_index, consumed->name(),
+                                          PlaceholderRoleName(consumed->role())));
+    if (!(produced->val() == consumed->val()))
+      return Violation(where, "the forward produces different value facts than the backward expects");
+    if (s.facts.is_tensor() && (!produced->val().is_tensor() ||
+                                produced->val().tensor.dtype != s.facts.tensor.dtype ||
+                                produced->val().tensor.shape != s.facts.tensor.shape))
+      return Violation(where, fmt::format("states {} but the value is {}", FormatValueFacts(s.facts),
+                                          FormatValueFacts(produced->val())));
+    if (is_sym != produced->val().is_sym())
+      return Violation(where, fmt::format("kind '{}' does not match the value", is_sym ? "symint" : "tensor"));
+  }
+  for (size_t i = 0; i < sig.tangents.size(); ++i) {
+    const TangentEntry& t = sig.tangents[i];
+    const std::string where = fmt::format("tangents[{}] ({})", i, t.name);
+    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, t.backward_input_index, sig.backward_num_inputs, where + ".backward_input_index"));
+    const Node* node = bw_in[static_cast<size_t>(t.backward_input_index)];
+    if (node->name() != t.name || node->role() != PlaceholderRole::kTangent)
+      return Violation(where, fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
+                                          t.backward_input_index, t.backward_input_index, node->name(),
+                                          PlaceholderRoleName(node->role())));
+    if (t.forward_output_index < 0 || t.forward_output_index >= sig.num_fwd_outputs)
+      return Violation(where, fmt::format("belongs to forward output {}, which is not a user output",
+                                          t.forward_output_index));
+  }
+  // Every placeholder and output position is accounted for, except RNG inputs.
+  for (size_t i = 0; i < fw_in.size(); ++i)
+    if (!fw_in_used.count(static_cast<int64_t>(i)) && fw_in[i]->role() != PlaceholderRole::kFwdRng)
+      return Violation("forward", fmt::format("forward input {} ('{}') is not described", i, fw_in[i]->name()));
+  for (size_t i = 0; i < bw_in.size(); ++i)
+    if (!bw_in_used.count(static_cast<int64_t>(i)) && bw_in[i]->role() != PlaceholderRole::kBwdRng)
+      return Violation("backward", fmt::format("backward input {} ('{}') is not described", i, bw_in[i]->name()));
+  if (static_cast<int64_t>(fw_out_used.size()) != sig.forward_num_outputs)
+    return Violation("forward", "some forward outputs are not described");
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// JSON
+// ---------------------------------------------------------------------------
+
+namespace {
+using ojson = nlohmann::ordered_json;
+
+ojson FactsShape(const ValueFacts& v) {
+  ojson shape = ojson::array();
+  for (const Dim& d : v.tensor.shape) {
+    if (d.is_static()) shape.push_back(d.hint);
+    else shape.push_back(ojson{{"sym", d.expr}, {"hint", d.hint}});
+  }
+  return shape;
+}
+}  // namespace
+
+std::string SignatureToJson(const Signature& sig) {
+  ojson j;
+  j["format"] = "fxremat.signature";
+  j["version"] = {1, 0};
+  j["partitioner"] = sig.partitioner;
+  j["forward"] = {{"num_inputs", sig.forward_num_inputs}, {"num_outputs", sig.forward_num_outputs}};
+  j["backward"] = {{"num_inputs", sig.backward_num_inputs}, {"num_outputs", sig.backward_num_outputs}};
+  j["num_fwd_outputs"] = sig.num_fwd_outputs;
+  ojson primals = ojson::array();
+  for (const PrimalEntry& p : sig.primals)
+    primals.push_back({{"name", p.name}, {"forward_input_index", p.forward_input_index},
+                       {"path", p.path.empty() ? ojson(nullptr) : ojson(p.path)},
+                       {"gradient_index", p.gradient_index}, {"has_gradient", p.has_gradient}});
+  j["primals"] = primals;
+  ojson outputs = ojson::array();
+  for (const ForwardOutputEntry& o : sig.forward_outputs)
+    outputs.push_back({{"forward_output_index", o.forward_output_index},
+                       {"name", o.name.empty() ? ojson(nullptr) : ojson(o.name)},
+                       {"path", o.path ? ojson(*o.path) : ojson(nullptr)}});
+  j["forward_outputs"] = outputs;
+  ojson saved = ojson::array();
+  for (const SavedValue& s : sig.saved) {
+    ojson e;
+    e["name"] = s.name;
+    e["kind"] = s.kind == SavedValue::Kind::kTensor ? "tensor" : "symint";
+    e["annotation"] = s.annotation ? ojson(*s.annotation) : ojson(nullptr);
+    e["forward_output_index"] = s.forward_output_index;
+    e["backward_input_index"] = s.backward_input_index;
+    if (s.facts.is_tensor()) {
+      e["shape"] = FactsShape(s.facts);
+      e["dtype"] = std::string(DTypeName(s.facts.tensor.dtype));
+    } else {
+      e["shape"] = nullptr;
+      e["dtype"] = s.facts.kind == ValueFacts::Kind::kSymFloat ? "symfloat"
+                   : s.facts.kind == ValueFacts::Kind::kSymBool ? "symbool" : "symint";
+    }
+    e["bytes"] = s.bytes;
+    saved.push_back(std::move(e));
+  }
+  j["saved"] = saved;
+  ojson tangents = ojson::array();
+  for (const TangentEntry& t : sig.tangents)
+    tangents.push_back({{"name", t.name}, {"backward_input_index", t.backward_input_index},
+                        {"forward_output_index", t.forward_output_index}});
+  j["tangents"] = tangents;
+  j["saved_bytes"] = sig.savedBytes();
+  return j.dump(2) + "\n";
+}
+
+Expected<Signature> SignatureFromJson(const std::string& text, const std::string& where) {
+  using json = nlohmann::json;
+  try {
+    json j = json::parse(text);
+    if (!j.is_object() || j.value("format", "") != "fxremat.signature")
+      return Status::BadInput("not an fxremat signature (expected \"format\": \"fxremat.signature\")", where);
+    if (!j.contains("version") || !j["version"].is_array() || j["version"].empty() || j["version"][0] != 1)
+      return Status::BadInput(fmt::format("unsupported signature version {}", j.value("version", json()).dump()), where);
+    Signature sig;
+    sig.partitioner = j.at("partitioner").get<std::string>();
+    sig.forward_num_inputs = j.at("forward").at("num_inputs").get<int64_t>();
+    sig.forward_num_outputs = j.at("forward").at("num_outputs").get<int64_t>();
+    sig.backward_num_inputs = j.at("backward").at("num_inputs").get<int64_t>();
+    sig.backward_num_outputs = j.at("backward").at("num_outputs").get<int64_t>();
+    sig.num_fwd_outputs = j.at("num_fwd_outputs").get<int64_t>();
+    for (const json& p : j.at("primals")) {
+      PrimalEntry e;
+      e.name = p.at("name").get<std::string>();
+      e.forward_input_index = p.at("forward_input_index").get<int64_t>();
+      if (p.contains("path") && p["path"].is_string()) e.path = p["path"].get<std::string>();
+      e.gradient_index = p.at("gradient_index").get<int64_t>();
+      e.has_gradient = p.at("has_gradient").get<bool>();
+      sig.primals.push_back(std::move(e));
+    }
+    for (const json& o : j.at("forward_outputs")) {
+      ForwardOutputEntry e;
+      e.forward_output_index = o.at("forward_output_index").get<int64_t>();
+      if (o.contains("name") && o["name"].is_string()) e.name = o["name"].get<std::string>();
+      if (o.contains("path") && o["path"].is_string()) e.path = o["path"].get<std::string>();
+      sig.forward_outputs.push_back(std::move(e));
+    }
+    for (const json& s : j.at("saved")) {
+      SavedValue v;
+      v.name = s.at("name").get<std::string>();
+      v.kind = s.at("kind").get<std::string>() == "symint" ? SavedValue::Kind::kSymInt : SavedValue::Kind::kTensor;
+      if (s.contains("annotation") && s["annotation"].is_string()) v.annotation = s["annotation"].get<std::string>();
+      v.forward_output_index = s.at("forward_output_index").get<int64_t>();
+      v.backward_input_index = s.at("backward_input_index").get<int64_t>();
+      v.bytes = s.at("bytes").get<int64_t>();
+      if (v.kind == SavedValue::Kind::kTensor) {
+        v.facts.kind = ValueFacts::Kind::kTensor;
+        auto dtype = DTypeFromName(s.at("dtype").get<std::string>());
+        if (!dtype) return Status::BadInput(fmt::format("saved value '{}': unknown dtype", v.name), where);
+        v.facts.tensor.dtype = *dtype;
+        for (const json& d : s.at("shape")) {
+          if (d.is_number_integer()) v.facts.tensor.shape.push_back(Dim::Static(d.get<int64_t>()));
+          else v.facts.tensor.shape.push_back(Dim{d.at("hint").get<int64_t>(), d.at("sym").get<std::string>()});
+        }
+      } else {
+        v.facts.kind = ValueFacts::Kind::kSymInt;
+      }
+      sig.saved.push_back(std::move(v));
+    }
+    for (const json& t : j.at("tangents")) {
+      TangentEntry e;
+      e.name = t.at("name").get<std::string>();
+      e.backward_input_index = t.at("backward_input_index").get<int64_t>();
+      e.forward_output_index = t.at("forward_output_index").get<int64_t>();
+      sig.tangents.push_back(std::move(e));
+    }
+    return sig;
+  } catch (const nlohmann::json::exception& e) {
+    return Status::BadInput(fmt::format("malformed signature: {}", e.what()), where);
+  }
+}
+
+}  // namespace fxremat

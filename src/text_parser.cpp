@@ -1,0 +1,703 @@
+// Parses the IR text form printed by text_printer.cpp. Line based: `#` header
+// lines carry graph, op and placeholder facts; `def forward(...)` declares the
+// placeholders with their value facts; each body line defines one node.
+// Errors carry "line N, col M".
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "fxremat/text.h"
+#include "text_common.h"
+
+namespace fxremat {
+
+namespace {
+
+enum class Tok { kEnd, kIdent, kInt, kFloat, kString, kPunct };
+
+struct Token {
+  Tok kind = Tok::kEnd;
+  std::string text;  // identifier (may contain dots), punctuation, or unquoted string
+  int64_t int_value = 0;
+  double double_value = 0;
+  size_t col = 0;
+};
+
+// Tokenizes one line. '#' outside a string ends the tokens (a comment).
+class Lexer {
+ public:
+  Lexer(std::string_view line, int line_no) : s_(line), line_no_(line_no) {}
+
+  Status Error(size_t col, const std::string& message) const {
+    return Status::BadInput(message, fmt::format("line {}, col {}", line_no_, col + 1));
+  }
+  const Token& peek() const { return current_; }
+  // The raw text after a '#' that ended the tokens, if any.
+  std::optional<std::string_view> comment() const { return comment_; }
+
+  Status Advance() {
+    while (pos_ < s_.size() && s_[pos_] == ' ') ++pos_;
+    current_ = Token();
+    current_.col = pos_;
+    if (pos_ >= s_.size()) return Status::Ok();
+    char c = s_[pos_];
+    if (c == '#') {
+      comment_ = s_.substr(pos_ + 1);
+      pos_ = s_.size();
+      return Status::Ok();
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t start = pos_;
+      while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' ||
+                                  (s_[pos_] == '.' && pos_ + 1 < s_.size() &&
+                                   (std::isalpha(static_cast<unsigned char>(s_[pos_ + 1])) || s_[pos_ + 1] == '_'))))
+        ++pos_;
+      current_.kind = Tok::kIdent;
+      current_.text = std::string(s_.substr(start, pos_ - start));
+      return Status::Ok();
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) ||
+        (c == '-' && pos_ + 1 < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_ + 1])) || s_.substr(pos_ + 1, 3) == "inf"))) {
+      size_t start = pos_;
+      if (c == '-' && s_.substr(pos_ + 1, 3) == "inf") {
+        pos_ += 4;
+        current_.kind = Tok::kFloat;
+        current_.double_value = -INFINITY;
+        current_.text = "-inf";
+        return Status::Ok();
+      }
+      ++pos_;
+      bool is_float = false;
+      while (pos_ < s_.size()) {
+        char d = s_[pos_];
+        if (std::isdigit(static_cast<unsigned char>(d))) { ++pos_; continue; }
+        if (d == '.' || d == 'e' || d == 'E') { is_float = true; ++pos_; continue; }
+        if ((d == '-' || d == '+') && (s_[pos_ - 1] == 'e' || s_[pos_ - 1] == 'E')) { ++pos_; continue; }
+        break;
+      }
+      std::string text(s_.substr(start, pos_ - start));
+      current_.text = text;
+      char* end = nullptr;
+      if (is_float) {
+        current_.kind = Tok::kFloat;
+        current_.double_value = std::strtod(text.c_str(), &end);
+      } else {
+        current_.kind = Tok::kInt;
+        errno = 0;
+        current_.int_value = std::strtoll(text.c_str(), &end, 10);
+        if (errno == ERANGE) return Error(start, fmt::format("integer '{}' out of range", text));
+      }
+      if (end != text.c_str() + text.size()) return Error(start, fmt::format("bad number '{}'", text));
+      return Status::Ok();
+    }
+    if (c == '\'' || c == '"') return LexString(c);
+    current_.kind = Tok::kPunct;
+    current_.text = std::string(1, c);
+    ++pos_;
+    return Status::Ok();
+  }
+
+  Status Expect(std::string_view punct) {
+    if (current_.kind != Tok::kPunct || current_.text != punct)
+      return Error(current_.col, fmt::format("expected '{}', found {}", punct, Describe()));
+    return Advance();
+  }
+  bool IsPunct(std::string_view punct) const { return current_.kind == Tok::kPunct && current_.text == punct; }
+  Expected<std::string> ExpectIdent() {
+    if (current_.kind != Tok::kIdent) return Error(current_.col, fmt::format("expected a name, found {}", Describe()));
+    std::string text = current_.text;
+    FXREMAT_RETURN_IF_ERROR(Advance());
+    return text;
+  }
+  Expected<std::string> ExpectString() {
+    if (current_.kind != Tok::kString) return Error(current_.col, fmt::format("expected a string, found {}", Describe()));
+    std::string text = current_.text;
+    FXREMAT_RETURN_IF_ERROR(Advance());
+    return text;
+  }
+  Expected<int64_t> ExpectInt() {
+    if (current_.kind != Tok::kInt) return Error(current_.col, fmt::format("expected an integer, found {}", Describe()));
+    int64_t v = current_.int_value;
+    FXREMAT_RETURN_IF_ERROR(Advance());
+    return v;
+  }
+  std::string Describe() const {
+    switch (current_.kind) {
+      case Tok::kEnd: return "end of line";
+      case Tok::kString: return "a string";
+      default: return fmt::format("'{}'", current_.text);
+    }
+  }
+
+ private:
+  Status LexString(char quote) {
+    size_t start = pos_++;
+    std::string out;
+    while (pos_ < s_.size() && s_[pos_] != quote) {
+      char c = s_[pos_++];
+      if (c != '\\') { out += c; continue; }
+      if (pos_ >= s_.size()) break;
+      char e = s_[pos_++];
+      switch (e) {
+        case 'n': out += '\n'; break;
+        case 't': out += '\t'; break;
+        case 'r': out += '\r'; break;
+        case 'x': {
+          if (pos_ + 2 > s_.size()) return Error(pos_, "bad \\x escape");
+          out += static_cast<char>(std::strtol(std::string(s_.substr(pos_, 2)).c_str(), nullptr, 16));
+          pos_ += 2;
+          break;
+        }
+        default: out += e;
+      }
+    }
+    if (pos_ >= s_.size()) return Error(start, "unterminated string");
+    ++pos_;
+    current_.kind = Tok::kString;
+    current_.text = std::move(out);
+    return Status::Ok();
+  }
+
+  std::string_view s_;
+  int line_no_;
+  size_t pos_ = 0;
+  Token current_;
+  std::optional<std::string_view> comment_;
+};
+
+// Parses value facts from an annotation string ("f32[4, s0][s0, 1]cpu rg").
+class FactsParser {
+ public:
+  FactsParser(std::string_view s, const Graph& graph) : s_(s), graph_(graph) {}
+  Expected<ValueFacts> Parse() {
+    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ParseOne());
+    SkipSpaces();
+    if (pos_ != s_.size()) return Err("trailing text");
+    return v;
+  }
+
+ private:
+  Status Err(const std::string& what) const {
+    return Status::BadInput(fmt::format("bad type annotation \"{}\": {} at offset {}", s_, what, pos_));
+  }
+  void SkipSpaces() { while (pos_ < s_.size() && s_[pos_] == ' ') ++pos_; }
+  bool Consume(std::string_view t) {
+    if (s_.substr(pos_, t.size()) == t) { pos_ += t.size(); return true; }
+    return false;
+  }
+  // Text up to the matching close bracket (balanced), consuming the bracket.
+  Expected<std::string_view> Balanced(char open, char close) {
+    int depth = 1;
+    size_t start = pos_;
+    for (; pos_ < s_.size(); ++pos_) {
+      if (s_[pos_] == open) ++depth;
+      else if (s_[pos_] == close && --depth == 0) {
+        std::string_view inner = s_.substr(start, pos_ - start);
+        ++pos_;
+        return inner;
+      }
+    }
+    return Err(fmt::format("missing '{}'", close));
+  }
+  Expected<Dim> ParseDim(std::string_view text) {
+    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+    while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+    if (text.empty()) return Err("empty dimension");
+    bool numeric = true;
+    for (size_t i = 0; i < text.size(); ++i)
+      numeric = numeric && (std::isdigit(static_cast<unsigned char>(text[i])) || (i == 0 && text[i] == '-'));
+    if (numeric) return Dim::Static(std::strtoll(std::string(text).c_str(), nullptr, 10));
+    Dim d;
+    if (auto tilde = text.rfind('~'); tilde != std::string_view::npos) {
+      d.expr = std::string(text.substr(0, tilde));
+      d.hint = std::strtoll(std::string(text.substr(tilde + 1)).c_str(), nullptr, 10);
+      return d;
+    }
+    d.expr = std::string(text);
+    auto it = graph_.symbols().find(d.expr);
+    if (it == graph_.symbols().end()) return Err(fmt::format("symbol '{}' has no hint (add '# symbol {}=N')", d.expr, d.expr));
+    d.hint = it->second;
+    return d;
+  }
+  Expected<std::vector<Dim>> ParseDims(std::string_view inner) {
+    std::vector<Dim> dims;
+    int depth = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= inner.size(); ++i) {
+      if (i < inner.size() && (inner[i] == '(' || inner[i] == '[')) ++depth;
+      else if (i < inner.size() && (inner[i] == ')' || inner[i] == ']')) --depth;
+      else if (i == inner.size() || (inner[i] == ',' && depth == 0)) {
+        std::string_view part = inner.substr(start, i - start);
+        if (!(i == inner.size() && dims.empty() && part.find_first_not_of(' ') == std::string_view::npos)) {
+          FXREMAT_ASSIGN_OR_RETURN(Dim d, ParseDim(part));
+          dims.push_back(std::move(d));
+        }
+        start = i + 1;
+      }
+    }
+    return dims;
+  }
+  Expected<ValueFacts> ParseOne() {
+    SkipSpaces();
+    ValueFacts v;
+    if (Consume("None")) { v.kind = ValueFacts::Kind::kNone; return v; }
+    if (Consume("Sym(")) {
+      v.kind = ValueFacts::Kind::kSymInt;
+      FXREMAT_ASSIGN_OR_RETURN(std::string_view inner, Balanced('(', ')'));
+      FXREMAT_ASSIGN_OR_RETURN(Dim d, ParseDim(inner));
+      v.expr = d.expr.empty() ? std::to_string(d.hint) : d.expr;
+      v.hint = d.hint;
+      return v;
+    }
+    if (Consume("SymFloat(") || Consume("SymBool(")) {
+      v.kind = s_[pos_ - 2] == 't' ? ValueFacts::Kind::kSymFloat : ValueFacts::Kind::kSymBool;
+      FXREMAT_ASSIGN_OR_RETURN(std::string_view inner, Balanced('(', ')'));
+      v.expr = std::string(inner);
+      return v;
+    }
+    if (Consume("Const(")) {
+      v.kind = ValueFacts::Kind::kConst;
+      FXREMAT_ASSIGN_OR_RETURN(std::string_view inner, Balanced('(', ')'));
+      v.expr = std::string(inner);
+      return v;
+    }
+    if (Consume("(")) {
+      v.kind = ValueFacts::Kind::kTuple;
+      while (true) {
+        SkipSpaces();
+        if (Consume(")")) return v;
+        FXREMAT_ASSIGN_OR_RETURN(ValueFacts item, ParseOne());
+        v.items.push_back(std::move(item));
+        SkipSpaces();
+        if (Consume(",")) continue;
+        if (Consume(")")) return v;
+        return Err("expected ',' or ')'");
+      }
+    }
+    size_t bracket = s_.find('[', pos_);
+    if (bracket == std::string_view::npos) return Err("expected a tensor type like f32[4, 4]");
+    auto dtype = DTypeFromShortName(s_.substr(pos_, bracket - pos_));
+    if (!dtype) return Err(fmt::format("unknown dtype '{}'", s_.substr(pos_, bracket - pos_)));
+    v.kind = ValueFacts::Kind::kTensor;
+    v.tensor.dtype = *dtype;
+    pos_ = bracket + 1;
+    FXREMAT_ASSIGN_OR_RETURN(std::string_view shape, Balanced('[', ']'));
+    FXREMAT_ASSIGN_OR_RETURN(v.tensor.shape, ParseDims(shape));
+    if (Consume("[")) {
+      FXREMAT_ASSIGN_OR_RETURN(std::string_view stride, Balanced('[', ']'));
+      FXREMAT_ASSIGN_OR_RETURN(v.tensor.stride, ParseDims(stride));
+    }
+    size_t start = pos_;
+    while (pos_ < s_.size() && s_[pos_] != ' ' && s_[pos_] != ',' && s_[pos_] != ')') ++pos_;
+    v.tensor.device = std::string(s_.substr(start, pos_ - start));
+    if (v.tensor.device.empty()) return Err("missing device");
+    if (s_.substr(pos_, 3) == " rg") { v.tensor.requires_grad = true; pos_ += 3; }
+    return v;
+  }
+
+  std::string_view s_;
+  const Graph& graph_;
+  size_t pos_ = 0;
+};
+
+constexpr std::string_view kLayouts[] = {"strided", "sparse_coo", "sparse_csr", "sparse_csc",
+                                         "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged"};
+
+class Parser {
+ public:
+  Expected<std::unique_ptr<Graph>> Parse(std::string_view text);
+
+ private:
+  Status ParseHeaderLine(Lexer& lex);
+  Status ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* placeholder);
+  Status ParseDef(Lexer& lex);
+  Status ParseBodyLine(Lexer& lex);
+  Expected<Argument> ParseArgument(Lexer& lex);
+  Expected<ValueFacts> ParseFacts(Lexer& lex, const std::string& annotation, size_t col);
+
+  struct PendingInput {
+    PlaceholderRole role = PlaceholderRole::kNone;
+    std::string target, path;
+    NodeMeta meta;
+  };
+  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
+  std::vector<std::pair<std::string, PendingInput>> inputs_;
+  bool seen_header_ = false, seen_def_ = false, seen_return_ = false;
+};
+
+Expected<ValueFacts> Parser::ParseFacts(Lexer& lex, const std::string& annotation, size_t col) {
+  auto facts = FactsParser(annotation, *graph_).Parse();
+  if (!facts.ok()) return lex.Error(col, facts.status().message());
+  return facts;
+}
+
+Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/) {
+  while (lex.peek().kind != Tok::kEnd) {
+    size_t col = lex.peek().col;
+    FXREMAT_ASSIGN_OR_RETURN(std::string key, lex.ExpectIdent());
+    FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+    if (key == "tag") { FXREMAT_ASSIGN_OR_RETURN(meta.partitioner_tag, lex.ExpectIdent()); }
+    else if (key == "recompute") { FXREMAT_ASSIGN_OR_RETURN(meta.recompute, lex.ExpectIdent()); }
+    else if (key == "ac_graph_id") { FXREMAT_ASSIGN_OR_RETURN(int64_t id, lex.ExpectInt()); meta.ac_graph_id = id; }
+    else if (key == "stack") { FXREMAT_ASSIGN_OR_RETURN(meta.stack_trace, lex.ExpectString()); }
+    else if (key == "value_range") {
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
+      FXREMAT_ASSIGN_OR_RETURN(int64_t lo, lex.ExpectInt());
+      FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+      FXREMAT_ASSIGN_OR_RETURN(int64_t hi, lex.ExpectInt());
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+      meta.value_range = std::make_pair(lo, hi);
+    } else {
+      return lex.Error(col, fmt::format("unknown metadata key '{}'", key));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Parser::ParseHeaderLine(Lexer& lex) {
+  // `lex` is positioned on the first token after '#'.
+  size_t col = lex.peek().col;
+  FXREMAT_ASSIGN_OR_RETURN(std::string word, lex.ExpectIdent());
+  if (word == "fxremat.graph") {
+    FXREMAT_ASSIGN_OR_RETURN(std::string version, lex.ExpectIdent());
+    if (version != "v1") return lex.Error(col, fmt::format("unsupported text form version '{}' (this parser reads v1)", version));
+    seen_header_ = true;
+    while (lex.peek().kind != Tok::kEnd) {
+      size_t key_col = lex.peek().col;
+      FXREMAT_ASSIGN_OR_RETURN(std::string key, lex.ExpectIdent());
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+      if (key == "kind") {
+        FXREMAT_ASSIGN_OR_RETURN(std::string kind, lex.ExpectIdent());
+        auto k = GraphKindFromName(kind);
+        if (!k) return lex.Error(key_col, fmt::format("unknown graph kind '{}'", kind));
+        graph_->setKind(*k);
+      } else if (key == "name") {
+        FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectString());
+        graph_->setName(name);
+      } else if (key == "num_fwd_outputs") {
+        FXREMAT_ASSIGN_OR_RETURN(graph_->joint().num_fwd_outputs, lex.ExpectInt());
+      } else if (key == "tangent_outputs") {
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
+        while (!lex.IsPunct("]")) {
+          FXREMAT_ASSIGN_OR_RETURN(int64_t o, lex.ExpectInt());
+          graph_->joint().tangent_outputs.push_back(o);
+          if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+        }
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+      } else if (key == "output_paths") {
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
+        while (!lex.IsPunct("]")) {
+          if (lex.peek().kind == Tok::kIdent && lex.peek().text == "None") {
+            FXREMAT_RETURN_IF_ERROR(lex.Advance());
+            graph_->joint().output_paths.emplace_back(std::nullopt);
+          } else {
+            FXREMAT_ASSIGN_OR_RETURN(std::string p, lex.ExpectString());
+            graph_->joint().output_paths.emplace_back(p);
+          }
+          if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+        }
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+      } else {
+        return lex.Error(key_col, fmt::format("unknown graph attribute '{}'", key));
+      }
+    }
+    return Status::Ok();
+  }
+  if (!seen_header_) return lex.Error(col, "the first line must be '# fxremat.graph v1 kind=...'");
+  if (word == "symbol") {
+    FXREMAT_ASSIGN_OR_RETURN(std::string sym, lex.ExpectIdent());
+    FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+    FXREMAT_ASSIGN_OR_RETURN(int64_t hint, lex.ExpectInt());
+    graph_->symbols()[sym] = hint;
+    return Status::Ok();
+  }
+  if (word == "op") {
+    FXREMAT_ASSIGN_OR_RETURN(std::string target, lex.ExpectIdent());
+    FXREMAT_ASSIGN_OR_RETURN(std::string schema, lex.ExpectString());
+    std::vector<std::string> tags;
+    FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
+    while (!lex.IsPunct("]")) {
+      FXREMAT_ASSIGN_OR_RETURN(std::string tag, lex.ExpectIdent());
+      tags.push_back(tag);
+      if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+    }
+    FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+    auto info = MakeOpInfo(target, schema, std::move(tags));
+    if (!info.ok()) return lex.Error(col, info.status().ToString());
+    graph_->ops().emplace(target, std::move(info).value());
+    return Status::Ok();
+  }
+  if (word == "input") {
+    FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectIdent());
+    PendingInput input;
+    input.target = name;
+    NodeMeta& meta = input.meta;
+    while (lex.peek().kind != Tok::kEnd) {
+      // role/target/path first, then the shared metadata keys.
+      if (lex.peek().kind == Tok::kIdent &&
+          (lex.peek().text == "role" || lex.peek().text == "target" || lex.peek().text == "path")) {
+        size_t key_col = lex.peek().col;
+        std::string key = lex.peek().text;
+        FXREMAT_RETURN_IF_ERROR(lex.Advance());
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+        if (key == "role") {
+          FXREMAT_ASSIGN_OR_RETURN(std::string role, lex.ExpectIdent());
+          auto r = PlaceholderRoleFromName(role);
+          if (!r) return lex.Error(key_col, fmt::format("unknown placeholder role '{}'", role));
+          input.role = *r;
+        } else if (key == "target") {
+          FXREMAT_ASSIGN_OR_RETURN(input.target, lex.ExpectString());
+        } else {
+          FXREMAT_ASSIGN_OR_RETURN(input.path, lex.ExpectString());
+        }
+        continue;
+      }
+      FXREMAT_RETURN_IF_ERROR(ParseMetaPairs(lex, meta, nullptr));
+    }
+    inputs_.emplace_back(name, std::move(input));
+    return Status::Ok();
+  }
+  return lex.Error(col, fmt::format("unknown header line '# {} ...'", word));
+}
+
+Expected<Argument> Parser::ParseArgument(Lexer& lex) {
+  const Token tok = lex.peek();
+  switch (tok.kind) {
+    case Tok::kInt: FXREMAT_RETURN_IF_ERROR(lex.Advance()); return Argument::Int(tok.int_value);
+    case Tok::kFloat: FXREMAT_RETURN_IF_ERROR(lex.Advance()); return Argument::Double(tok.double_value);
+    case Tok::kString: FXREMAT_RETURN_IF_ERROR(lex.Advance()); return Argument::String(tok.text);
+    case Tok::kPunct:
+      if (tok.text == "[") {
+        FXREMAT_RETURN_IF_ERROR(lex.Advance());
+        std::vector<Argument> items;
+        while (!lex.IsPunct("]")) {
+          FXREMAT_ASSIGN_OR_RETURN(Argument a, ParseArgument(lex));
+          items.push_back(std::move(a));
+          if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+        }
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+        return Argument::List(std::move(items));
+      }
+      break;
+    case Tok::kIdent: {
+      FXREMAT_RETURN_IF_ERROR(lex.Advance());
+      if (tok.text == "None") return Argument::None();
+      if (tok.text == "True") return Argument::Bool(true);
+      if (tok.text == "False") return Argument::Bool(false);
+      if (tok.text == "inf") return Argument::Double(INFINITY);
+      if (tok.text == "nan") return Argument::Double(NAN);
+      if (tok.text == "device") {
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("("));
+        FXREMAT_ASSIGN_OR_RETURN(std::string key, lex.ExpectIdent());
+        if (key != "type") return lex.Error(tok.col, "expected device(type=...)");
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+        FXREMAT_ASSIGN_OR_RETURN(std::string type, lex.ExpectString());
+        if (lex.IsPunct(",")) {
+          FXREMAT_RETURN_IF_ERROR(lex.Advance());
+          FXREMAT_ASSIGN_OR_RETURN(std::string index_key, lex.ExpectIdent());
+          FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+          FXREMAT_ASSIGN_OR_RETURN(int64_t index, lex.ExpectInt());
+          type += ":" + std::to_string(index);
+        }
+        FXREMAT_RETURN_IF_ERROR(lex.Expect(")"));
+        return Argument::Device(type);
+      }
+      if (tok.text.rfind("torch.", 0) == 0) {
+        std::string rest = tok.text.substr(6);
+        if (auto d = DTypeFromName(rest)) return Argument::OfDType(*d);
+        for (std::string_view l : kLayouts)
+          if (rest == l) return Argument::Layout(rest);
+        if (rest.size() > 7 && rest.compare(rest.size() - 7, 7, "_format") == 0) return Argument::MemoryFormat(rest);
+        return lex.Error(tok.col, fmt::format("unknown torch constant '{}'", tok.text));
+      }
+      Node* n = graph_->findNode(tok.text);
+      if (!n) return lex.Error(tok.col, fmt::format("'{}' is not defined before this use", tok.text));
+      return Argument::NodeRef(n);
+    }
+    default: break;
+  }
+  return lex.Error(tok.col, fmt::format("expected an argument, found {}", lex.Describe()));
+}
+
+Status Parser::ParseDef(Lexer& lex) {
+  seen_def_ = true;
+  FXREMAT_RETURN_IF_ERROR(lex.Advance());  // 'def'
+  FXREMAT_ASSIGN_OR_RETURN(std::string fn, lex.ExpectIdent());
+  if (fn != "forward") return lex.Error(0, "expected 'def forward(self, ...)'");
+  FXREMAT_RETURN_IF_ERROR(lex.Expect("("));
+  FXREMAT_ASSIGN_OR_RETURN(std::string self, lex.ExpectIdent());
+  if (self != "self") return lex.Error(0, "expected 'self' as the first parameter");
+  size_t declared = 0;
+  while (lex.IsPunct(",")) {
+    FXREMAT_RETURN_IF_ERROR(lex.Advance());
+    size_t col = lex.peek().col;
+    FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectIdent());
+    if (graph_->findNode(name)) return lex.Error(col, fmt::format("duplicate node name '{}'", name));
+    PendingInput* input = nullptr;
+    for (auto& [n, in] : inputs_)
+      if (n == name) input = &in;
+    Node* node = graph_->createNode(OpKind::kPlaceholder, name, input ? input->target : name);
+    if (input) {
+      node->setRole(input->role);
+      node->setPath(input->path);
+      node->meta() = input->meta;
+    }
+    if (lex.IsPunct(":")) {
+      FXREMAT_RETURN_IF_ERROR(lex.Advance());
+      size_t facts_col = lex.peek().col;
+      FXREMAT_ASSIGN_OR_RETURN(std::string annotation, lex.ExpectString());
+      FXREMAT_ASSIGN_OR_RETURN(node->val(), ParseFacts(lex, annotation, facts_col));
+    }
+    ++declared;
+  }
+  FXREMAT_RETURN_IF_ERROR(lex.Expect(")"));
+  FXREMAT_RETURN_IF_ERROR(lex.Expect(":"));
+  for (const auto& [name, in] : inputs_)
+    if (!graph_->findNode(name))
+      return Status::BadInput(fmt::format("'# input {}' names no parameter of forward()", name));
+  (void)declared;
+  return Status::Ok();
+}
+
+Status Parser::ParseBodyLine(Lexer& lex) {
+  if (seen_return_) return lex.Error(lex.peek().col, "code after the return statement");
+  if (lex.peek().kind == Tok::kIdent && lex.peek().text == "return") {
+    FXREMAT_RETURN_IF_ERROR(lex.Advance());
+    FXREMAT_RETURN_IF_ERROR(lex.Expect("("));
+    std::vector<Argument> values;
+    while (!lex.IsPunct(")")) {
+      size_t col = lex.peek().col;
+      FXREMAT_ASSIGN_OR_RETURN(Argument a, ParseArgument(lex));
+      if (a.kind != Argument::Kind::kNode && a.kind != Argument::Kind::kNone)
+        return lex.Error(col, "a returned value must be a node or None");
+      values.push_back(std::move(a));
+      if (!lex.IsPunct(")")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+    }
+    FXREMAT_RETURN_IF_ERROR(lex.Expect(")"));
+    graph_->createNode(OpKind::kOutput, graph_->uniqueName("output"), "output", {Argument::List(std::move(values))});
+    seen_return_ = true;
+    return Status::Ok();
+  }
+  size_t name_col = lex.peek().col;
+  FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectIdent());
+  if (graph_->findNode(name)) return lex.Error(name_col, fmt::format("duplicate node name '{}'", name));
+  ValueFacts facts;
+  if (lex.IsPunct(":")) {
+    FXREMAT_RETURN_IF_ERROR(lex.Advance());
+    size_t col = lex.peek().col;
+    FXREMAT_ASSIGN_OR_RETURN(std::string annotation, lex.ExpectString());
+    FXREMAT_ASSIGN_OR_RETURN(facts, ParseFacts(lex, annotation, col));
+  }
+  FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+  size_t rhs_col = lex.peek().col;
+  FXREMAT_ASSIGN_OR_RETURN(std::string callee, lex.ExpectIdent());
+  Node* node = nullptr;
+  if (callee.rfind("self.", 0) == 0) {
+    node = graph_->createNode(OpKind::kGetAttr, name, callee.substr(5));
+  } else if (lex.IsPunct("[")) {  // getitem sugar: x[0]
+    Node* base = graph_->findNode(callee);
+    if (!base) return lex.Error(rhs_col, fmt::format("'{}' is not defined before this use", callee));
+    FXREMAT_RETURN_IF_ERROR(lex.Advance());
+    FXREMAT_ASSIGN_OR_RETURN(int64_t index, lex.ExpectInt());
+    FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+    node = graph_->createNode(OpKind::kCallFunction, name, "_operator.getitem",
+                              {Argument::NodeRef(base), Argument::Int(index)});
+  } else {
+    std::string target;
+    if (callee.rfind("torch.ops.", 0) == 0) target = callee.substr(10);
+    else if (text_form::IsPythonCallable(callee)) target = callee;
+    else return lex.Error(rhs_col, fmt::format("expected torch.ops.<op>(...), a Python operator or self.<attr>, found '{}'", callee));
+    FXREMAT_RETURN_IF_ERROR(lex.Expect("("));
+    std::vector<Argument> args;
+    Kwargs kwargs;
+    while (!lex.IsPunct(")")) {
+      // A keyword argument is an identifier followed by '='.
+      bool is_kwarg = false;
+      if (lex.peek().kind == Tok::kIdent) {
+        Lexer probe = lex;
+        FXREMAT_RETURN_IF_ERROR(probe.Advance());
+        is_kwarg = probe.IsPunct("=");
+      }
+      if (is_kwarg) {
+        FXREMAT_ASSIGN_OR_RETURN(std::string key, lex.ExpectIdent());
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+        FXREMAT_ASSIGN_OR_RETURN(Argument a, ParseArgument(lex));
+        kwargs.emplace_back(key, std::move(a));
+      } else {
+        if (!kwargs.empty()) return lex.Error(lex.peek().col, "positional argument after keyword argument");
+        FXREMAT_ASSIGN_OR_RETURN(Argument a, ParseArgument(lex));
+        args.push_back(std::move(a));
+      }
+      if (!lex.IsPunct(")")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+    }
+    FXREMAT_RETURN_IF_ERROR(lex.Expect(")"));
+    node = graph_->createNode(OpKind::kCallFunction, name, target, std::move(args), std::move(kwargs));
+  }
+  node->val() = std::move(facts);
+  if (lex.peek().kind != Tok::kEnd) return lex.Error(lex.peek().col, fmt::format("unexpected {}", lex.Describe()));
+  if (auto comment = lex.comment()) {
+    Lexer meta_lex(*comment, 0);
+    FXREMAT_RETURN_IF_ERROR(meta_lex.Advance());
+    Status st = ParseMetaPairs(meta_lex, node->meta(), nullptr);
+    if (!st.ok()) return lex.Error(name_col, "in the metadata comment: " + st.message());
+  }
+  return Status::Ok();
+}
+
+Expected<std::unique_ptr<Graph>> Parser::Parse(std::string_view text) {
+  int line_no = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    size_t first = line.find_first_not_of(' ');
+    if (first == std::string_view::npos) {
+      if (end == text.size()) break;
+      continue;
+    }
+    // Golden test files separate cases with "// -----"; a lone graph has none.
+    if (line.substr(first, 2) == "//") continue;
+    Lexer lex(line, line_no);
+    if (line[first] == '#') {
+      if (seen_def_) continue;  // comments inside the body are ignored
+      Lexer header(line.substr(first + 1), line_no);
+      FXREMAT_RETURN_IF_ERROR(header.Advance());
+      Status st = ParseHeaderLine(header);
+      if (!st.ok()) return st;
+      continue;
+    }
+    FXREMAT_RETURN_IF_ERROR(lex.Advance());
+    if (!seen_def_) {
+      if (!seen_header_) return lex.Error(first, "the first line must be '# fxremat.graph v1 kind=...'");
+      if (lex.peek().kind != Tok::kIdent || lex.peek().text != "def")
+        return lex.Error(first, "expected 'def forward(self, ...):'");
+      FXREMAT_RETURN_IF_ERROR(ParseDef(lex));
+      continue;
+    }
+    FXREMAT_RETURN_IF_ERROR(ParseBodyLine(lex));
+    if (end == text.size()) break;
+  }
+  if (!seen_def_) return Status::BadInput("no 'def forward(self, ...):' line");
+  if (!seen_return_) return Status::BadInput("no return statement (the graph has no output node)");
+  for (Node* p : graph_->placeholders())
+    if (p->role() == PlaceholderRole::kNone)
+      p->setRole(graph_->kind() == GraphKind::kJoint ? PlaceholderRole::kPrimal : PlaceholderRole::kInput);
+  FXREMAT_RETURN_IF_ERROR(VerifyGraph(*graph_));
+  return std::move(graph_);
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Graph>> ParseGraph(std::string_view text) {
+  Parser parser;
+  return parser.Parse(text);
+}
+
+}  // namespace fxremat

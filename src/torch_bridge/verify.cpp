@@ -1,0 +1,1078 @@
+// Numeric verification of a partition: an interpreter that runs an fxremat
+// Graph op by op through the libtorch dispatcher, and VerifyPartition, which
+// runs the joint graph and forward→backward on the same seeded inputs and
+// compares the results.
+//
+// Note [Verify runs on CPU]
+// Everything runs on the CPU, whatever device the graph was traced on: inputs
+// are created on the CPU and Device arguments (aten.full(..., device=cuda:0))
+// are mapped to the CPU. Verification asks whether the two sides compute the
+// same values, which does not depend on the device, and fxremat links the CPU
+// build of libtorch.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/scalar_tensor.h>
+
+#include "dispatcher_util.h"
+#include "fxremat/torch_bridge.h"
+
+namespace fxremat {
+namespace {
+
+using c10::IValue;
+
+// ---------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------
+
+std::string FormatDouble(double v) {
+  if (v == 0) return "0";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+std::string FormatShape(c10::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(sizes[i]);
+  }
+  return out + "]";
+}
+
+std::string ErrorText(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    std::string msg = c10_error->what_without_backtrace();
+    // The first line is the useful one; the rest is a C++ frame dump.
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    return msg;
+  }
+  return e.what();
+}
+
+at::ScalarType ToScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return at::kDouble;
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kInt64: return at::kLong;
+    case DType::kInt32: return at::kInt;
+    case DType::kInt16: return at::kShort;
+    case DType::kInt8: return at::kChar;
+    case DType::kUInt8: return at::kByte;
+    case DType::kBool: return at::kBool;
+    case DType::kComplex64: return at::kComplexFloat;
+    case DType::kComplex128: return at::kComplexDouble;
+    case DType::kFloat8E4M3FN: return at::ScalarType::Float8_e4m3fn;
+    case DType::kFloat8E5M2: return at::ScalarType::Float8_e5m2;
+  }
+  return at::kFloat;
+}
+
+// fxremat's name of a runtime dtype ("float32"), or libtorch's for the rest.
+std::string ScalarTypeName(at::ScalarType type) {
+  for (int i = 0; i <= static_cast<int>(DType::kFloat8E5M2); ++i) {
+    auto dtype = static_cast<DType>(i);
+    if (ToScalarType(dtype) == type) return std::string(DTypeName(dtype));
+  }
+  return c10::toString(type);
+}
+
+std::optional<at::Layout> LayoutFromName(std::string_view name) {
+  if (name == "strided") return at::kStrided;
+  if (name == "sparse_coo") return at::kSparse;
+  if (name == "sparse_csr") return at::kSparseCsr;
+  if (name == "sparse_csc") return at::kSparseCsc;
+  if (name == "sparse_bsr") return at::kSparseBsr;
+  if (name == "sparse_bsc") return at::kSparseBsc;
+  if (name == "_mkldnn") return at::kMkldnn;
+  if (name == "jagged") return at::kJagged;
+  return std::nullopt;
+}
+
+std::optional<at::MemoryFormat> MemoryFormatFromName(std::string_view name) {
+  if (name == "contiguous_format") return at::MemoryFormat::Contiguous;
+  if (name == "preserve_format") return at::MemoryFormat::Preserve;
+  if (name == "channels_last") return at::MemoryFormat::ChannelsLast;
+  if (name == "channels_last_3d") return at::MemoryFormat::ChannelsLast3d;
+  return std::nullopt;
+}
+
+// See Note [Verify runs on CPU].
+c10::Device VerifyDevice() { return c10::Device(c10::kCPU); }
+
+// A placeholder's role; placeholders without one get it from the name, as
+// docs/format.md describes for files.
+PlaceholderRole EffectiveRole(const Node& node, bool joint) {
+  if (node.role() != PlaceholderRole::kNone) return node.role();
+  const std::string& t = node.target().empty() ? node.name() : node.target();
+  if (t.find("tangents") != std::string::npos) return PlaceholderRole::kTangent;
+  if (t.find("fwd_seed") != std::string::npos || t.find("fwd_base_offset") != std::string::npos)
+    return PlaceholderRole::kFwdRng;
+  if (t.find("bwd_seed") != std::string::npos || t.find("bwd_base_offset") != std::string::npos)
+    return PlaceholderRole::kBwdRng;
+  return joint ? PlaceholderRole::kPrimal : PlaceholderRole::kInput;
+}
+
+// ---------------------------------------------------------------------------
+// Python scalar semantics for FX's SymInt arithmetic (_operator.*, math.*)
+// ---------------------------------------------------------------------------
+
+struct PyNum {
+  enum Kind { kInt, kFloat, kBool } kind = kInt;
+  int64_t i = 0;
+  double f = 0;
+  bool isIntLike() const { return kind != kFloat; }  // Python bools are ints
+  double asDouble() const { return kind == kFloat ? f : static_cast<double>(i); }
+};
+
+std::optional<PyNum> ToPyNum(const IValue& v) {
+  PyNum n;
+  if (v.isBool()) { n.kind = PyNum::kBool; n.i = v.toBool(); return n; }
+  if (v.isInt()) { n.kind = PyNum::kInt; n.i = v.toInt(); return n; }
+  if (v.isDouble()) { n.kind = PyNum::kFloat; n.f = v.toDouble(); return n; }
+  if (v.isSymInt()) {
+    if (auto i = v.toSymInt().maybe_as_int()) { n.i = *i; return n; }
+  }
+  return std::nullopt;
+}
+
+int64_t PyFloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+int64_t PyMod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+// Evaluates a Python callable target; nullopt with *error set on failure.
+std::optional<IValue> EvalPython(const std::string& fn, const std::vector<IValue>& args,
+                                 std::string* error) {
+  std::vector<PyNum> n;
+  for (const IValue& a : args) {
+    std::optional<PyNum> p = ToPyNum(a);
+    if (!p) {
+      *error = "expects numbers, got a " + a.tagKind();
+      return std::nullopt;
+    }
+    n.push_back(*p);
+  }
+  auto arity = [&](size_t k) {
+    if (n.size() == k) return true;
+    *error = "expects " + std::to_string(k) + " argument(s), got " + std::to_string(n.size());
+    return false;
+  };
+  auto num = [](double d) { return IValue(d); };
+  auto integer = [](int64_t i) { return IValue(i); };
+
+  // Binary arithmetic.
+  static const char* const kBinary[] = {"add", "sub", "mul", "floordiv", "truediv", "mod", "pow"};
+  std::string op = fn;
+  for (const char* prefix : {"_operator.", "math.", "builtins.", "torch."})
+    if (op.starts_with(prefix)) { op = op.substr(std::string_view(prefix).size()); break; }
+  if (fn.starts_with("_operator.") &&
+      std::find(std::begin(kBinary), std::end(kBinary), op) != std::end(kBinary)) {
+    if (!arity(2)) return std::nullopt;
+    const PyNum& a = n[0];
+    const PyNum& b = n[1];
+    const bool ints = a.isIntLike() && b.isIntLike();
+    if (op == "add") return ints ? integer(a.i + b.i) : num(a.asDouble() + b.asDouble());
+    if (op == "sub") return ints ? integer(a.i - b.i) : num(a.asDouble() - b.asDouble());
+    if (op == "mul") return ints ? integer(a.i * b.i) : num(a.asDouble() * b.asDouble());
+    if (op == "truediv") {
+      if (b.asDouble() == 0) { *error = "division by zero"; return std::nullopt; }
+      return num(a.asDouble() / b.asDouble());
+    }
+    if (op == "floordiv" || op == "mod") {
+      if (b.asDouble() == 0) { *error = "division by zero"; return std::nullopt; }
+      if (ints) return integer(op == "floordiv" ? PyFloorDiv(a.i, b.i) : PyMod(a.i, b.i));
+      const double x = a.asDouble(), y = b.asDouble();
+      if (op == "floordiv") return num(std::floor(x / y));
+      double r = std::fmod(x, y);
+      if (r != 0 && ((r < 0) != (y < 0))) r += y;
+      return num(r);
+    }
+    // pow
+    if (ints && b.i >= 0) {  // exact, by squaring (wraps on overflow like int64)
+      uint64_t r = 1, base = static_cast<uint64_t>(a.i);
+      for (int64_t e = b.i; e > 0; e >>= 1, base *= base)
+        if (e & 1) r *= base;
+      return integer(static_cast<int64_t>(r));
+    }
+    return num(std::pow(a.asDouble(), b.asDouble()));
+  }
+  if (fn.starts_with("_operator.") &&
+      (op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge")) {
+    if (!arity(2)) return std::nullopt;
+    const PyNum& a = n[0];
+    const PyNum& b = n[1];
+    int c;
+    if (a.isIntLike() && b.isIntLike()) c = (a.i > b.i) - (a.i < b.i);
+    else c = (a.asDouble() > b.asDouble()) - (a.asDouble() < b.asDouble());
+    bool r = op == "eq" ? c == 0 : op == "ne" ? c != 0 : op == "lt" ? c < 0
+           : op == "le" ? c <= 0 : op == "gt" ? c > 0 : c >= 0;
+    return IValue(r);
+  }
+  if (fn == "_operator.neg") {
+    if (!arity(1)) return std::nullopt;
+    return n[0].isIntLike() ? integer(-n[0].i) : num(-n[0].f);
+  }
+  if (fn == "_operator.pos") {
+    if (!arity(1)) return std::nullopt;
+    return n[0].isIntLike() ? integer(n[0].i) : num(n[0].f);
+  }
+  if (fn == "_operator.abs" || fn == "builtins.abs") {
+    if (!arity(1)) return std::nullopt;
+    return n[0].isIntLike() ? integer(n[0].i < 0 ? -n[0].i : n[0].i) : num(std::fabs(n[0].f));
+  }
+  if (fn == "_operator.not_" || fn == "torch.sym_not") {
+    if (!arity(1)) return std::nullopt;
+    return IValue(n[0].asDouble() == 0);
+  }
+  if (fn == "_operator.and_" || fn == "_operator.or_" || fn == "_operator.xor") {
+    if (!arity(2)) return std::nullopt;
+    if (!n[0].isIntLike() || !n[1].isIntLike()) { *error = "expects ints or bools"; return std::nullopt; }
+    int64_t r = op == "and_" ? (n[0].i & n[1].i) : op == "or_" ? (n[0].i | n[1].i) : (n[0].i ^ n[1].i);
+    if (n[0].kind == PyNum::kBool && n[1].kind == PyNum::kBool) return IValue(r != 0);
+    return integer(r);
+  }
+  if (fn == "math.ceil" || fn == "math.floor" || fn == "math.trunc") {
+    if (!arity(1)) return std::nullopt;
+    if (n[0].isIntLike()) return integer(n[0].i);
+    double v = op == "ceil" ? std::ceil(n[0].f) : op == "floor" ? std::floor(n[0].f) : std::trunc(n[0].f);
+    return integer(static_cast<int64_t>(v));
+  }
+  if (fn == "math.sqrt" || fn == "torch._sym_sqrt" || fn == "math.exp" || fn == "math.log") {
+    if (!arity(1)) return std::nullopt;
+    double x = n[0].asDouble();
+    return num(op == "exp" ? std::exp(x) : op == "log" ? std::log(x) : std::sqrt(x));
+  }
+  if (fn == "torch.sym_float") {
+    if (!arity(1)) return std::nullopt;
+    return num(n[0].asDouble());
+  }
+  if (fn == "torch.sym_int") {
+    if (!arity(1)) return std::nullopt;
+    return n[0].isIntLike() ? integer(n[0].i) : integer(static_cast<int64_t>(std::trunc(n[0].f)));
+  }
+  if (fn == "torch.sym_max" || fn == "torch.sym_min" || fn == "builtins.max" || fn == "builtins.min") {
+    if (!arity(2)) return std::nullopt;
+    const bool want_max = op.ends_with("max");
+    const PyNum& a = n[0];
+    const PyNum& b = n[1];
+    const bool a_wins = want_max ? a.asDouble() >= b.asDouble() : a.asDouble() <= b.asDouble();
+    if (a.isIntLike() && b.isIntLike()) return integer(want_max ? std::max(a.i, b.i) : std::min(a.i, b.i));
+    const PyNum& w = a_wins ? a : b;
+    return w.isIntLike() ? integer(w.i) : num(w.f);
+  }
+  *error = "unsupported Python function";
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// Argument -> IValue by schema type
+// ---------------------------------------------------------------------------
+
+// Coerces a raw value (a node's runtime value or a constant) to a schema type.
+// Returns nullopt with *error set when it does not fit.
+std::optional<IValue> Coerce(const IValue& v, const c10::TypePtr& type, std::optional<int32_t> list_size,
+                             std::string* error) {
+  using K = c10::TypeKind;
+  auto fail = [&](const char* expected) -> std::optional<IValue> {
+    *error = std::string("expected ") + expected + ", got " + (v.isNone() ? std::string("None") : v.tagKind());
+    return std::nullopt;
+  };
+  switch (type->kind()) {
+    case K::OptionalType:
+      if (v.isNone()) return IValue();
+      return Coerce(v, type->castRaw<c10::OptionalType>()->getElementType(), list_size, error);
+    case K::TensorType:
+      if (v.isTensor()) return v;
+      // A Python number where a Tensor goes (aten.add.Tensor(x, 1)): the op
+      // sees it as PyTorch's Python binding passes it, a 0-dim "wrapped
+      // number" tensor, which type promotion treats like a scalar.
+      if (v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) {
+        const at::Scalar scalar = v.toScalar();
+        at::Tensor t = at::scalar_tensor(scalar, at::TensorOptions().dtype(scalar.type()).device(VerifyDevice()));
+        t.unsafeGetTensorImpl()->set_wrapped_number(true);
+        return IValue(std::move(t));
+      }
+      return fail("a Tensor");
+    case K::IntType:
+    case K::SymIntType:
+    case K::ScalarTypeType:
+    case K::LayoutType:
+    case K::MemoryFormatType:
+    case K::QSchemeType:
+      if (v.isInt()) return v;
+      if (v.isBool()) return IValue(static_cast<int64_t>(v.toBool()));
+      if (v.isSymInt()) {
+        if (auto i = v.toSymInt().maybe_as_int()) return IValue(*i);
+      }
+      return fail("an int");
+    case K::FloatType:
+    case K::SymFloatType:
+      if (v.isDouble()) return v;
+      if (v.isInt()) return IValue(static_cast<double>(v.toInt()));
+      return fail("a float");
+    case K::BoolType:
+    case K::SymBoolType:
+      if (v.isBool()) return v;
+      if (v.isInt() && (v.toInt() == 0 || v.toInt() == 1)) return IValue(v.toInt() != 0);
+      return fail("a bool");
+    case K::NumberType:  // Scalar
+      if (v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) return v;
+      if (v.isSymInt()) {
+        if (auto i = v.toSymInt().maybe_as_int()) return IValue(*i);
+      }
+      return fail("a Scalar");
+    case K::ComplexType:
+      if (v.isComplexDouble()) return v;
+      if (v.isDouble() || v.isInt()) return IValue(c10::complex<double>(v.isDouble() ? v.toDouble() : static_cast<double>(v.toInt()), 0));
+      return fail("a complex");
+    case K::StringType:
+      if (v.isString()) return v;
+      return fail("a str");
+    case K::DeviceObjType:
+      if (v.isDevice() || v.isString()) return IValue(VerifyDevice());
+      return fail("a Device");
+    case K::GeneratorType:
+      // Graphs never carry a generator object; None means the default one.
+      if (v.isNone()) return IValue();
+      return fail("None for a Generator");
+    case K::AnyType:
+      return v;
+    case K::ListType: {
+      const c10::TypePtr& elem = type->castRaw<c10::ListType>()->getElementType();
+      c10::impl::GenericList list(elem);
+      if (v.isList() || v.isTuple()) {
+        c10::ArrayRef<IValue> items = v.isList() ? v.toListRef() : v.toTupleRef().elements();
+        for (const IValue& item : items) {
+          std::optional<IValue> c = Coerce(item, elem, std::nullopt, error);
+          if (!c) return std::nullopt;
+          list.push_back(std::move(*c));
+        }
+        return IValue(std::move(list));
+      }
+      // `int[2] stride=1`: a scalar stands for a list of N copies.
+      const auto ek = elem->kind();
+      if ((ek == K::IntType || ek == K::SymIntType || ek == K::FloatType || ek == K::BoolType) &&
+          (v.isInt() || v.isDouble() || v.isBool() || v.isSymInt())) {
+        std::optional<IValue> c = Coerce(v, elem, std::nullopt, error);
+        if (!c) return std::nullopt;
+        for (int32_t k = 0; k < list_size.value_or(1); ++k) list.push_back(*c);
+        return IValue(std::move(list));
+      }
+      return fail(("a list (" + type->str() + ")").c_str());
+    }
+    default:
+      *error = "unsupported argument type '" + type->str() + "'";
+      return std::nullopt;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The interpreter
+// ---------------------------------------------------------------------------
+
+class Interpreter {
+ public:
+  Interpreter(const Graph& graph, std::string label) : graph_(graph), label_(std::move(label)) {}
+
+  // Runs the graph on one value per placeholder; returns the output node's entries.
+  Expected<std::vector<IValue>> Run(std::vector<IValue> inputs) {
+    const auto& nodes = graph_.nodes();
+    env_.assign(nodes.size(), IValue());
+    // Free each value after its last use, so that big graphs fit in memory.
+    std::vector<size_t> last_use(nodes.size(), 0);
+    for (const auto& up : nodes) {
+      for (Node* user : up->users()) last_use[up->index()] = std::max(last_use[up->index()], user->index());
+    }
+    std::vector<std::vector<size_t>> release_after(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i)
+      release_after[std::max(last_use[i], i)].push_back(i);  // unused values die at once
+
+    size_t next_input = 0;
+    for (const auto& up : nodes) {
+      const Node& node = *up;
+      const size_t i = node.index();
+      switch (node.op()) {
+        case OpKind::kPlaceholder:
+          if (next_input >= inputs.size())
+            return Status::Internal("more placeholders than inputs", Where(node));
+          env_[i] = std::move(inputs[next_input++]);
+          break;
+        case OpKind::kGetAttr:
+          return Status::BadInput("get_attr nodes are unsupported (target '" + node.target() + "')",
+                                  Where(node));
+        case OpKind::kCallFunction: {
+          Expected<IValue> v = Call(node);
+          if (!v.ok()) return v.status();
+          env_[i] = std::move(v).value();
+          break;
+        }
+        case OpKind::kOutput: {
+          std::vector<IValue> outputs;
+          if (!node.args().empty()) {
+            const Argument& list = node.args()[0];
+            if (list.kind != Argument::Kind::kList)
+              return Status::BadInput("the output node must have one argument, a list of values", Where(node));
+            for (const Argument& a : list.list) {
+              Expected<IValue> v = Raw(a, node);
+              if (!v.ok()) return v.status();
+              outputs.push_back(std::move(v).value());
+            }
+          }
+          return outputs;
+        }
+      }
+      for (size_t dead : release_after[i]) env_[dead] = IValue();
+    }
+    return Status::BadInput("graph has no output node", label_ + " graph");
+  }
+
+ private:
+  std::string Where(const Node& node) const { return label_ + " graph, node '" + node.name() + "'"; }
+
+  // An argument as a runtime value: constants as themselves, node references
+  // as the node's value, lists as generic lists.
+  Expected<IValue> Raw(const Argument& a, const Node& node) const {
+    switch (a.kind) {
+      case Argument::Kind::kNone: return IValue();
+      case Argument::Kind::kBool: return IValue(a.int_value != 0);
+      case Argument::Kind::kInt: return IValue(a.int_value);
+      case Argument::Kind::kDouble: return IValue(a.double_value);
+      case Argument::Kind::kString: return IValue(a.text);
+      case Argument::Kind::kDType: return IValue(ToScalarType(a.dtype()));
+      case Argument::Kind::kDevice: return IValue(VerifyDevice());
+      case Argument::Kind::kLayout: {
+        std::optional<at::Layout> layout = LayoutFromName(a.text);
+        if (!layout) return Status::BadInput("unknown layout '" + a.text + "'", Where(node));
+        return IValue(*layout);
+      }
+      case Argument::Kind::kMemoryFormat: {
+        std::optional<at::MemoryFormat> format = MemoryFormatFromName(a.text);
+        if (!format) return Status::BadInput("unknown memory format '" + a.text + "'", Where(node));
+        return IValue(*format);
+      }
+      case Argument::Kind::kNode:
+        if (a.node == nullptr || a.node->owningGraph() != &graph_ || a.node->index() >= env_.size())
+          return Status::BadInput("argument refers to a node outside the graph", Where(node));
+        return env_[a.node->index()];
+      case Argument::Kind::kList: {
+        c10::impl::GenericList list(c10::AnyType::get());
+        for (const Argument& item : a.list) {
+          Expected<IValue> v = Raw(item, node);
+          if (!v.ok()) return v.status();
+          list.push_back(std::move(v).value());
+        }
+        return IValue(std::move(list));
+      }
+    }
+    return IValue();
+  }
+
+  Expected<IValue> Call(const Node& node) {
+    const std::string& target = node.target();
+    if (node.isGetItem()) return GetItem(node);
+    if (IsAnnotationOp(target)) {
+      if (node.args().empty()) return Status::BadInput("annotation op without an argument", Where(node));
+      return Raw(node.args()[0], node);
+    }
+    if (torch_bridge::IsPythonCallableTarget(target)) {
+      std::vector<IValue> args;
+      for (const Argument& a : node.args()) {
+        Expected<IValue> v = Raw(a, node);
+        if (!v.ok()) return v.status();
+        args.push_back(std::move(v).value());
+      }
+      if (!node.kwargs().empty())
+        return Status::BadInput("'" + target + "' with keyword arguments is unsupported", Where(node));
+      std::string error;
+      std::optional<IValue> r = EvalPython(target, args, &error);
+      if (!r) return Status::BadInput("'" + target + "': " + error, Where(node));
+      return *r;
+    }
+    return CallDispatcher(node);
+  }
+
+  Expected<IValue> GetItem(const Node& node) {
+    if (node.args().size() != 2) return Status::BadInput("getitem takes two arguments", Where(node));
+    Expected<IValue> seq = Raw(node.args()[0], node);
+    if (!seq.ok()) return seq.status();
+    Expected<IValue> idx = Raw(node.args()[1], node);
+    if (!idx.ok()) return idx.status();
+    std::optional<PyNum> index = ToPyNum(idx.value());
+    if (!index || !index->isIntLike()) return Status::BadInput("getitem index is not an int", Where(node));
+    c10::ArrayRef<IValue> items;
+    if (seq.value().isTuple()) items = seq.value().toTupleRef().elements();
+    else if (seq.value().isList()) items = seq.value().toListRef();
+    else return Status::BadInput("getitem on a " + seq.value().tagKind() + " is unsupported", Where(node));
+    int64_t k = index->i < 0 ? index->i + static_cast<int64_t>(items.size()) : index->i;
+    if (k < 0 || k >= static_cast<int64_t>(items.size()))
+      return Status::BadInput("getitem index " + std::to_string(index->i) + " out of range for " +
+                              std::to_string(items.size()) + " items", Where(node));
+    return items[static_cast<size_t>(k)];
+  }
+
+  Expected<IValue> CallDispatcher(const Node& node) {
+    const std::string& target = node.target();
+    auto it = ops_.find(target);
+    if (it == ops_.end()) {
+      std::optional<c10::OperatorHandle> op = torch_bridge::FindDispatcherOp(target);
+      if (!op)
+        return Status::BadInput("unknown op '" + target + "': not registered in the libtorch dispatcher",
+                                Where(node));
+      it = ops_.emplace(target, *op).first;
+    }
+    const c10::OperatorHandle& op = it->second;
+    const c10::FunctionSchema& schema = op.schema();
+    const std::vector<c10::Argument>& params = schema.arguments();
+    const std::string op_where = "op '" + target + "': ";
+
+    if (node.args().size() > params.size())
+      return Status::BadInput(op_where + std::to_string(node.args().size()) + " positional arguments for " +
+                              std::to_string(params.size()) + " parameters", Where(node));
+    for (const auto& [key, unused] : node.kwargs()) {
+      (void)unused;
+      bool found = std::any_of(params.begin(), params.end(),
+                               [&](const c10::Argument& p) { return p.name() == key; });
+      if (!found) return Status::BadInput(op_where + "unknown keyword argument '" + key + "'", Where(node));
+    }
+
+    torch::jit::Stack stack;
+    stack.reserve(params.size());
+    for (size_t p = 0; p < params.size(); ++p) {
+      const c10::Argument& param = params[p];
+      const Argument* arg = p < node.args().size() ? &node.args()[p] : node.kwarg(param.name());
+      if (arg == nullptr) {
+        if (param.default_value()) {
+          stack.push_back(*param.default_value());
+          continue;
+        }
+        if (param.type()->kind() == c10::TypeKind::OptionalType) {
+          stack.emplace_back();
+          continue;
+        }
+        return Status::BadInput(op_where + "missing argument '" + param.name() + "'", Where(node));
+      }
+      Expected<IValue> raw = Raw(*arg, node);
+      if (!raw.ok()) return raw.status();
+      std::string error;
+      std::optional<IValue> v;
+      try {
+        v = Coerce(raw.value(), param.type(), param.N(), &error);
+      } catch (const std::exception& e) {
+        error = ErrorText(e);
+      }
+      if (!v)
+        return Status::BadInput(op_where + "argument '" + param.name() + "' (" + param.type()->str() +
+                                "): " + error, Where(node));
+      stack.push_back(std::move(*v));
+    }
+
+    try {
+      op.callBoxed(stack);
+    } catch (const std::exception& e) {
+      return Status::BadInput(op_where + "failed: " + ErrorText(e), Where(node));
+    } catch (...) {
+      return Status::BadInput(op_where + "failed with an unknown exception", Where(node));
+    }
+    const size_t num_returns = schema.returns().size();
+    if (stack.size() != num_returns)
+      return Status::Internal(op_where + "returned " + std::to_string(stack.size()) + " values for " +
+                              std::to_string(num_returns) + " returns", Where(node));
+    if (num_returns == 0) return IValue();
+    if (num_returns == 1) return std::move(stack[0]);
+    return IValue(c10::ivalue::Tuple::create(std::move(stack)));
+  }
+
+  const Graph& graph_;
+  std::string label_;
+  std::vector<IValue> env_;
+  std::unordered_map<std::string, c10::OperatorHandle> ops_;
+};
+
+// ---------------------------------------------------------------------------
+// Inputs
+// ---------------------------------------------------------------------------
+
+// A random input, kept so that each run gets its own fresh copy (runs may
+// mutate their inputs).
+struct InputValue {
+  IValue scalar;        // non-tensors
+  bool is_tensor = false;
+  at::Tensor tensor;    // the master copy
+  std::vector<int64_t> sizes, strides;
+};
+
+// Number of elements the storage of a (sizes, strides) tensor spans.
+int64_t StorageElements(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t n = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    n += (sizes[d] - 1) * strides[d];
+  }
+  return n;
+}
+
+// A flat 1-D alias of all the storage a strided tensor spans (so that tensors
+// whose elements overlap, like expanded ones, can still be filled and copied).
+at::Tensor FlatStorage(const at::Tensor& t, int64_t elements) {
+  return t.as_strided({elements}, {1}, t.storage_offset());
+}
+
+Expected<InputValue> MakeInput(const Node& node, const at::Generator& gen) {
+  InputValue in;
+  const ValueFacts& val = node.val();
+  const std::string where = "joint graph, placeholder '" + node.name() + "'";
+  switch (val.kind) {
+    case ValueFacts::Kind::kTensor: break;
+    case ValueFacts::Kind::kSymInt: in.scalar = IValue(val.hint); return in;
+    case ValueFacts::Kind::kSymFloat: in.scalar = IValue(static_cast<double>(val.hint)); return in;
+    case ValueFacts::Kind::kSymBool: in.scalar = IValue(val.hint != 0); return in;
+    case ValueFacts::Kind::kNone: return in;
+    case ValueFacts::Kind::kConst: {
+      const std::string& e = val.expr;
+      if (e == "True" || e == "False") { in.scalar = IValue(e == "True"); return in; }
+      if (e == "None") return in;
+      try {
+        size_t used = 0;
+        int64_t i = std::stoll(e, &used);
+        if (used == e.size()) { in.scalar = IValue(i); return in; }
+        double d = std::stod(e, &used);
+        if (used == e.size()) { in.scalar = IValue(d); return in; }
+      } catch (const std::exception&) {
+      }
+      return Status::BadInput("cannot build an input for constant '" + e + "'", where);
+    }
+    default:
+      return Status::BadInput("cannot build an input without tensor or symint facts", where);
+  }
+  const TensorFacts& facts = val.tensor;
+  for (const Dim& d : facts.shape) in.sizes.push_back(d.hint);
+  if (facts.stride.size() == facts.shape.size()) {
+    for (const Dim& d : facts.stride) in.strides.push_back(d.hint);
+  } else {  // contiguous
+    in.strides.assign(in.sizes.size(), 1);
+    for (size_t d = in.sizes.size(); d-- > 1;) in.strides[d - 1] = in.strides[d] * std::max<int64_t>(in.sizes[d], 1);
+  }
+  for (size_t d = 0; d < in.sizes.size(); ++d)
+    if (in.sizes[d] < 0 || in.strides[d] < 0)
+      return Status::BadInput("negative size or stride " + FormatShape(in.sizes) + " / " +
+                              FormatShape(in.strides), where);
+  const at::ScalarType type = ToScalarType(facts.dtype);
+  const auto cpu = at::TensorOptions().device(VerifyDevice());
+  try {
+    at::Tensor t = at::empty_strided(in.sizes, in.strides, cpu.dtype(type));
+    const int64_t elements = StorageElements(in.sizes, in.strides);
+    at::Tensor flat = FlatStorage(t, elements);
+    if (DTypeIsFloating(facts.dtype)) {
+      const at::ScalarType draw = facts.dtype == DType::kFloat64 || facts.dtype == DType::kComplex128
+                                      ? at::kDouble : at::kFloat;
+      at::Tensor values = at::empty_strided({elements}, {1}, cpu.dtype(draw));
+      values.normal_(0.0, 1.0, gen);
+      flat.copy_(values);
+    } else if (facts.dtype != DType::kBool && node.meta().value_range &&
+               node.meta().value_range->second > node.meta().value_range->first) {
+      const auto [low, high] = *node.meta().value_range;
+      at::Tensor values = at::empty_strided({elements}, {1}, cpu.dtype(at::kLong));
+      values.random_(low, high, gen);
+      flat.copy_(values);
+    } else {
+      flat.zero_();
+    }
+    in.is_tensor = true;
+    in.tensor = t;
+  } catch (const std::exception& e) {
+    return Status::BadInput("cannot build a " + std::string(DTypeName(facts.dtype)) + " input of shape " +
+                            FormatShape(in.sizes) + ": " + ErrorText(e), where);
+  }
+  return in;
+}
+
+// A fresh copy of an input, with the same sizes and strides.
+IValue Fresh(const InputValue& in) {
+  if (!in.is_tensor) return in.scalar;
+  at::Tensor t = at::empty_strided(in.sizes, in.strides, in.tensor.options());
+  const int64_t elements = StorageElements(in.sizes, in.strides);
+  FlatStorage(t, elements).copy_(FlatStorage(in.tensor, elements));
+  return IValue(t);
+}
+
+// ---------------------------------------------------------------------------
+// Comparison
+// ---------------------------------------------------------------------------
+
+struct Tolerance {
+  double rtol = 0, atol = 0;
+};
+
+// torch.testing.assert_close's defaults.
+Tolerance DefaultTolerance(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf: return {1e-3, 1e-5};
+    case at::kBFloat16: return {1.6e-2, 1e-5};
+    case at::kFloat: case at::kComplexFloat: return {1.3e-6, 1e-5};
+    case at::kDouble: case at::kComplexDouble: return {1e-7, 1e-7};
+    case at::ScalarType::Float8_e4m3fn: return {1.25e-1, 1e-5};
+    case at::ScalarType::Float8_e5m2: return {2.5e-1, 1e-5};
+    default: return {0, 0};  // integers and bool: exact
+  }
+}
+
+struct Comparison {
+  bool ok = true;
+  double max_err = 0;
+  std::string detail;  // why it does not match, beyond the error size
+};
+
+void Merge(Comparison& into, const Comparison& c) {
+  into.ok = into.ok && c.ok;
+  if (std::isnan(c.max_err) || c.max_err > into.max_err) into.max_err = c.max_err;
+  if (into.detail.empty()) into.detail = c.detail;
+}
+
+Comparison CompareValues(const IValue& expected, const IValue& actual, double scale) {
+  Comparison c;
+  auto mismatch = [&](std::string why) {
+    c.ok = false;
+    c.detail = std::move(why);
+    return c;
+  };
+  auto describe = [](const IValue& v) { return v.isNone() ? std::string("None") : v.tagKind(); };
+  if (expected.isNone() || actual.isNone()) {
+    if (expected.isNone() && actual.isNone()) return c;
+    return mismatch("expected " + describe(expected) + ", got " + describe(actual));
+  }
+  if (expected.isTensor() && actual.isTensor()) {
+    const at::Tensor& e = expected.toTensor();
+    const at::Tensor& a = actual.toTensor();
+    if (e.scalar_type() != a.scalar_type())
+      return mismatch("dtype " + ScalarTypeName(a.scalar_type()) + ", expected " + ScalarTypeName(e.scalar_type()));
+    if (!e.sizes().equals(a.sizes()))
+      return mismatch("shape " + FormatShape(a.sizes()) + ", expected " + FormatShape(e.sizes()));
+    if (e.numel() == 0) return c;
+    const at::ScalarType type = e.scalar_type();
+    if (!at::isFloatingType(type) && !at::isComplexType(type)) {
+      c.ok = e.equal(a);
+      if (!c.ok) c.max_err = e.to(at::kDouble).sub(a.to(at::kDouble)).abs().max().item<double>();
+      return c;
+    }
+    const at::ScalarType wide = at::isComplexType(type) ? at::kComplexDouble : at::kDouble;
+    const at::Tensor ed = e.to(wide);
+    const at::Tensor ad = a.to(wide);
+    const Tolerance tol = DefaultTolerance(type);
+    const at::Tensor diff = ed.sub(ad).abs();
+    const at::Tensor both_nan = ed.isnan().logical_and(ad.isnan());
+    const at::Tensor close = diff.le(ed.abs().mul(tol.rtol * scale).add(tol.atol * scale))
+                                 .logical_or(ed.eq(ad))  // equal infinities
+                                 .logical_or(both_nan);
+    c.ok = close.all().item<bool>();
+    // The largest error among elements that are not both NaN (a NaN on one
+    // side only makes the maximum NaN).
+    c.max_err = diff.masked_fill(both_nan.logical_or(ed.eq(ad)), 0.0).max().item<double>();
+    if (!c.ok) {
+      c.detail = "rtol " + FormatDouble(tol.rtol * scale) + ", atol " + FormatDouble(tol.atol * scale);
+    }
+    return c;
+  }
+  if ((expected.isList() || expected.isTuple()) && (actual.isList() || actual.isTuple())) {
+    c10::ArrayRef<IValue> es = expected.isList() ? expected.toListRef() : expected.toTupleRef().elements();
+    c10::ArrayRef<IValue> as = actual.isList() ? actual.toListRef() : actual.toTupleRef().elements();
+    if (es.size() != as.size())
+      return mismatch(std::to_string(as.size()) + " items, expected " + std::to_string(es.size()));
+    for (size_t k = 0; k < es.size(); ++k) Merge(c, CompareValues(es[k], as[k], scale));
+    return c;
+  }
+  std::optional<PyNum> en = ToPyNum(expected);
+  std::optional<PyNum> an = ToPyNum(actual);
+  if (en && an) {
+    if (en->isIntLike() && an->isIntLike()) {
+      c.ok = en->i == an->i;
+      c.max_err = std::fabs(static_cast<double>(en->i) - static_cast<double>(an->i));
+      return c;
+    }
+    const double x = en->asDouble(), y = an->asDouble();
+    c.max_err = std::fabs(x - y);
+    c.ok = x == y || (std::isnan(x) && std::isnan(y)) ||
+           c.max_err <= 1e-7 * scale + 1e-7 * scale * std::fabs(x);
+    if (std::isnan(x) && std::isnan(y)) c.max_err = 0;
+    return c;
+  }
+  return mismatch("expected " + describe(expected) + ", got " + describe(actual));
+}
+
+std::string ReportLine(const std::string& what, const Comparison& c) {
+  std::string line = what + ": max abs err " + FormatDouble(c.max_err) + (c.ok ? " ok" : " MISMATCH");
+  if (!c.ok && !c.detail.empty()) line += " (" + c.detail + ")";
+  return line;
+}
+
+// ---------------------------------------------------------------------------
+// VerifyPartition
+// ---------------------------------------------------------------------------
+
+// Restores the default CPU generator's state on scope exit: verification
+// reseeds it, and a caller's RNG stream should not notice.
+class CpuRngStateGuard {
+ public:
+  CpuRngStateGuard() : gen_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    state_ = gen_.get_state();
+  }
+  CpuRngStateGuard(const CpuRngStateGuard&) = delete;
+  CpuRngStateGuard& operator=(const CpuRngStateGuard&) = delete;
+  ~CpuRngStateGuard() {
+    try {
+      std::lock_guard<std::mutex> lock(gen_.mutex());
+      gen_.set_state(state_);
+    } catch (...) {  // never throw from a destructor; the state is best effort
+    }
+  }
+
+ private:
+  at::Generator gen_;
+  at::Tensor state_;
+};
+
+Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forward, const Graph& backward,
+                                           const Signature& sig, const VerifyOptions& options) {
+  // Placeholders of the joint graph and what they are.
+  std::vector<Node*> joint_inputs = joint.placeholders();
+  std::vector<Node*> primals, tangents;
+  std::unordered_map<std::string, size_t> joint_input_index;
+  for (size_t k = 0; k < joint_inputs.size(); ++k) {
+    joint_input_index[joint_inputs[k]->name()] = k;
+    PlaceholderRole role = EffectiveRole(*joint_inputs[k], /*joint=*/true);
+    if (role == PlaceholderRole::kPrimal) primals.push_back(joint_inputs[k]);
+    if (role == PlaceholderRole::kTangent) tangents.push_back(joint_inputs[k]);
+  }
+  const int64_t num_fwd = joint.joint().num_fwd_outputs;
+  if (sig.num_fwd_outputs != num_fwd)
+    return Status::BadInput("signature has " + std::to_string(sig.num_fwd_outputs) +
+                            " forward outputs, the joint graph " + std::to_string(num_fwd), "signature");
+
+  // Seeded random inputs, drawn from a private generator in placeholder order.
+  at::Generator gen = at::detail::createCPUGenerator(options.seed);
+  std::vector<InputValue> master;
+  for (Node* p : joint_inputs) {
+    Expected<InputValue> in = MakeInput(*p, gen);
+    if (!in.ok()) return in.status();
+    master.push_back(std::move(in).value());
+  }
+  auto joint_value = [&](const std::string& name) -> std::optional<IValue> {
+    auto it = joint_input_index.find(name);
+    if (it == joint_input_index.end()) return std::nullopt;
+    return Fresh(master[it->second]);
+  };
+
+  // The joint run.
+  std::vector<IValue> joint_args;
+  for (const InputValue& in : master) joint_args.push_back(Fresh(in));
+  at::manual_seed(options.seed);
+  Expected<std::vector<IValue>> joint_out = Interpreter(joint, "joint").Run(std::move(joint_args));
+  if (!joint_out.ok()) return joint_out.status();
+  if (static_cast<int64_t>(joint_out->size()) != num_fwd + static_cast<int64_t>(primals.size()))
+    return Status::BadInput("the joint graph has " + std::to_string(joint_out->size()) + " outputs for " +
+                            std::to_string(num_fwd) + " forward outputs and " + std::to_string(primals.size()) +
+                            " primals", "joint graph");
+
+  // The forward run: primals at the signature's positions, other inputs (RNG
+  // state) by name.
+  std::vector<Node*> fwd_inputs = forward.placeholders();
+  if (static_cast<int64_t>(fwd_inputs.size()) != sig.forward_num_inputs)
+    return Status::BadInput("the forward graph has " + std::to_string(fwd_inputs.size()) +
+                            " inputs, the signature says " + std::to_string(sig.forward_num_inputs), "forward graph");
+  std::vector<std::optional<IValue>> fwd_args(fwd_inputs.size());
+  for (const PrimalEntry& p : sig.primals) {
+    if (p.forward_input_index < 0 || p.forward_input_index >= static_cast<int64_t>(fwd_args.size()))
+      return Status::BadInput("primal '" + p.name + "' at forward input " + std::to_string(p.forward_input_index) +
+                              ", out of range", "signature");
+    fwd_args[p.forward_input_index] = joint_value(p.name);
+    if (!fwd_args[p.forward_input_index])
+      return Status::BadInput("primal '" + p.name + "' is not a placeholder of the joint graph", "signature");
+  }
+  std::vector<IValue> fwd_run_args;
+  for (size_t k = 0; k < fwd_inputs.size(); ++k) {
+    if (!fwd_args[k]) fwd_args[k] = joint_value(fwd_inputs[k]->name());
+    if (!fwd_args[k])
+      return Status::BadInput("forward input " + std::to_string(k) + " ('" + fwd_inputs[k]->name() +
+                              "') is neither a primal of the signature nor a joint graph input", "forward graph");
+    fwd_run_args.push_back(std::move(*fwd_args[k]));
+  }
+  at::manual_seed(options.seed);
+  Expected<std::vector<IValue>> fwd_out = Interpreter(forward, "forward").Run(std::move(fwd_run_args));
+  if (!fwd_out.ok()) return fwd_out.status();
+  if (static_cast<int64_t>(fwd_out->size()) != sig.forward_num_outputs ||
+      static_cast<int64_t>(fwd_out->size()) < num_fwd)
+    return Status::BadInput("the forward graph has " + std::to_string(fwd_out->size()) +
+                            " outputs, the signature says " + std::to_string(sig.forward_num_outputs), "forward graph");
+
+  // The backward run, its inputs wired from the signature. The RNG continues
+  // from the forward run, as it does in the joint run.
+  std::vector<Node*> bwd_inputs = backward.placeholders();
+  if (static_cast<int64_t>(bwd_inputs.size()) != sig.backward_num_inputs)
+    return Status::BadInput("the backward graph has " + std::to_string(bwd_inputs.size()) +
+                            " inputs, the signature says " + std::to_string(sig.backward_num_inputs), "backward graph");
+  std::vector<std::optional<IValue>> bwd_args(bwd_inputs.size());
+  for (const SavedValue& s : sig.saved) {
+    if (s.forward_output_index < 0 || s.forward_output_index >= static_cast<int64_t>(fwd_out->size()) ||
+        s.backward_input_index < 0 || s.backward_input_index >= static_cast<int64_t>(bwd_args.size()))
+      return Status::BadInput("saved value '" + s.name + "' (forward output " + std::to_string(s.forward_output_index) +
+                              ", backward input " + std::to_string(s.backward_input_index) + ") is out of range",
+                              "signature");
+    bwd_args[s.backward_input_index] = (*fwd_out)[s.forward_output_index];
+  }
+  for (size_t k = 0; k < sig.tangents.size(); ++k) {
+    const TangentEntry& t = sig.tangents[k];
+    if (t.backward_input_index < 0 || t.backward_input_index >= static_cast<int64_t>(bwd_args.size()))
+      return Status::BadInput("tangent '" + t.name + "' at backward input " + std::to_string(t.backward_input_index) +
+                              ", out of range", "signature");
+    std::optional<IValue> v = joint_value(t.name);
+    if (!v && k < tangents.size()) v = joint_value(tangents[k]->name());
+    if (!v) return Status::BadInput("tangent '" + t.name + "' is not a placeholder of the joint graph", "signature");
+    bwd_args[t.backward_input_index] = std::move(v);
+  }
+  std::vector<IValue> bwd_run_args;
+  for (size_t k = 0; k < bwd_inputs.size(); ++k) {
+    if (!bwd_args[k]) bwd_args[k] = joint_value(bwd_inputs[k]->name());  // bwd RNG state
+    if (!bwd_args[k])
+      return Status::BadInput("backward input " + std::to_string(k) + " ('" + bwd_inputs[k]->name() +
+                              "') is not wired by the signature", "backward graph");
+    bwd_run_args.push_back(std::move(*bwd_args[k]));
+  }
+  Expected<std::vector<IValue>> bwd_out = Interpreter(backward, "backward").Run(std::move(bwd_run_args));
+  if (!bwd_out.ok()) return bwd_out.status();
+  if (static_cast<int64_t>(bwd_out->size()) != sig.backward_num_outputs)
+    return Status::BadInput("the backward graph has " + std::to_string(bwd_out->size()) +
+                            " outputs, the signature says " + std::to_string(sig.backward_num_outputs), "backward graph");
+
+  // Compare.
+  VerifyReport report;
+  report.passed = true;
+  auto add = [&](const std::string& what, const Comparison& c) {
+    report.lines.push_back(ReportLine(what, c));
+    report.passed = report.passed && c.ok;
+    ++report.values_compared;
+  };
+  const Node* joint_output = joint.outputNode();
+  auto joint_output_name = [&](int64_t k) -> std::string {
+    if (joint_output == nullptr || joint_output->args().empty()) return "?";
+    const auto& list = joint_output->args()[0].list;
+    if (k >= static_cast<int64_t>(list.size())) return "?";
+    return list[k].is_node() ? list[k].node->name() : "None";
+  };
+
+  for (int64_t k = 0; k < num_fwd; ++k)
+    add("forward output " + std::to_string(k) + " (" + joint_output_name(k) + ")",
+        CompareValues((*joint_out)[k], (*fwd_out)[k], options.tolerance_scale));
+
+  for (size_t k = 0; k < sig.saved.size(); ++k) {
+    const SavedValue& s = sig.saved[k];
+    const IValue& v = (*fwd_out)[s.forward_output_index];
+    Comparison c;
+    std::string got;
+    if (s.kind == SavedValue::Kind::kTensor) {
+      if (!v.isTensor()) {
+        c.ok = false;
+        c.detail = "expected a tensor, got " + (v.isNone() ? std::string("None") : v.tagKind());
+      } else {
+        const at::Tensor& t = v.toTensor();
+        got = FormatShape(t.sizes()) + " " + ScalarTypeName(t.scalar_type());
+        if (s.facts.kind == ValueFacts::Kind::kTensor) {
+          std::vector<int64_t> want;
+          for (const Dim& d : s.facts.tensor.shape) want.push_back(d.hint);
+          const at::ScalarType want_type = ToScalarType(s.facts.tensor.dtype);
+          if (!t.sizes().equals(want) || t.scalar_type() != want_type) {
+            c.ok = false;
+            c.detail = "signature says " + FormatShape(want) + " " + ScalarTypeName(want_type);
+          }
+        }
+      }
+    } else {
+      std::optional<PyNum> n = ToPyNum(v);
+      if (!n || !n->isIntLike()) {
+        c.ok = false;
+        c.detail = "expected a symint, got " + (v.isNone() ? std::string("None") : v.tagKind());
+      } else {
+        got = "symint " + std::to_string(n->i);
+      }
+    }
+    std::string line = "saved " + std::to_string(k) + " (" + s.name + ", forward output " +
+                       std::to_string(s.forward_output_index) + "): " + got + (got.empty() ? "" : " ") +
+                       (c.ok ? "ok" : "MISMATCH");
+    if (!c.ok) line += " (" + c.detail + ")";
+    report.lines.push_back(std::move(line));
+    report.passed = report.passed && c.ok;
+    ++report.values_compared;
+  }
+
+  std::unordered_map<std::string, const PrimalEntry*> primal_entry;
+  for (const PrimalEntry& p : sig.primals) primal_entry[p.name] = &p;
+  for (size_t k = 0; k < primals.size(); ++k) {
+    int64_t grad_index = static_cast<int64_t>(k);
+    bool has_gradient = true;
+    if (auto it = primal_entry.find(primals[k]->name()); it != primal_entry.end()) {
+      grad_index = it->second->gradient_index;
+      has_gradient = it->second->has_gradient;
+    }
+    const IValue& expected = (*joint_out)[num_fwd + static_cast<int64_t>(k)];
+    Comparison c;
+    if (grad_index < 0 || grad_index >= static_cast<int64_t>(bwd_out->size())) {
+      if (has_gradient || !expected.isNone())
+        return Status::BadInput("gradient of '" + primals[k]->name() + "' at backward output " +
+                                std::to_string(grad_index) + ", out of range", "signature");
+    } else {
+      c = CompareValues(expected, (*bwd_out)[grad_index], options.tolerance_scale);
+    }
+    if (c.ok && !has_gradient && !expected.isNone()) {
+      c.ok = false;
+      c.detail = "the signature says no gradient, the joint graph has one";
+    }
+    add("gradient " + std::to_string(k) + " (" + primals[k]->name() + ", backward output " +
+            std::to_string(grad_index) + ")",
+        c);
+  }
+  return report;
+}
+
+}  // namespace
+
+Expected<VerifyReport> VerifyPartition(const Graph& joint, const Graph& forward, const Graph& backward,
+                                       const Signature& signature, const VerifyOptions& options) {
+  try {
+    CpuRngStateGuard rng_state;
+    return VerifyPartitionImpl(joint, forward, backward, signature, options);
+  } catch (const std::exception& e) {
+    // Ops are guarded one by one; this catches the rest (input building, comparison).
+    return Status::BadInput(std::string("numeric verification failed: ") + ErrorText(e));
+  } catch (...) {
+    return Status::BadInput("numeric verification failed with an unknown exception");
+  }
+}
+
+}  // namespace fxremat

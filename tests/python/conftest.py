@@ -1,0 +1,34 @@
+"""pytest configuration for the fxremat Python tests.
+
+The package is normally pip-installed in editable mode (``pip install
+--no-build-isolation -e python``); only when it is not importable is the source tree put
+on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+try:
+    import fxremat  # noqa: F401
+except ImportError:  # not installed: use the source tree
+    sys.path.insert(0, str(REPO / "python"))
+
+import torch  # noqa: E402,F401  (a missing torch is a set-up failure, not a skip)
+
+TESTDATA = REPO / "testdata"
+
+
+@pytest.fixture(scope="session")
+def testdata_dir() -> Path:
+    return TESTDATA
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO

@@ -1,0 +1,305 @@
+"""The reader/writer of docs/format.md: errors, value kinds, targets, partitioner use."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import fxremat
+from fxremat import FormatError, UnsupportedGraphError
+from fxremat._format import _read_doc, from_json, to_json
+from fxremat.testing import testdata
+
+
+@pytest.fixture(scope="module")
+def sin_mm_doc():
+    return _read_doc(testdata.path_of("sin_mm"))
+
+
+def _node(doc, name):
+    return next(n for n in doc["nodes"] if n["name"] == name)
+
+
+def _load_doc(doc, tmp_path, gz=False):
+    path = tmp_path / ("g.json.gz" if gz else "g.json")
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return fxremat.load(path)
+
+
+def test_format_error_is_value_error():
+    assert issubclass(FormatError, ValueError)
+
+
+def test_plain_json_and_gzip_both_load(sin_mm_doc, tmp_path):
+    a = _load_doc(sin_mm_doc, tmp_path)
+    b = _load_doc(sin_mm_doc, tmp_path, gz=True)
+    assert a.code == b.code
+
+
+def test_unknown_major_version(sin_mm_doc, tmp_path):
+    doc = dict(sin_mm_doc, version=[2, 0])
+    with pytest.raises(FormatError, match=r"version 2\.0.*major version 1"):
+        _load_doc(doc, tmp_path)
+
+
+def test_newer_minor_version_and_unknown_keys_are_accepted(sin_mm_doc, tmp_path):
+    doc = copy.deepcopy(sin_mm_doc)
+    doc["version"] = [1, 9]
+    doc["future_key"] = {"anything": 1}
+    doc["nodes"][0]["meta"]["future_meta"] = 3
+    gm = _load_doc(doc, tmp_path)
+    assert gm.meta["fxremat"]["num_fwd_outputs"] == 1
+
+
+def test_unknown_op_target(sin_mm_doc, tmp_path):
+    doc = copy.deepcopy(sin_mm_doc)
+    _node(doc, "sin")["target"] = "aten.no_such_op.default"
+    with pytest.raises(FormatError, match=r"nodes\[\d+\] \('sin'\).*aten\.no_such_op\.default"):
+        _load_doc(doc, tmp_path)
+
+
+@pytest.mark.parametrize("target", ["os.system", "builtins.eval", "aten.sin", "torch.load"])
+def test_disallowed_targets(sin_mm_doc, tmp_path, target):
+    doc = copy.deepcopy(sin_mm_doc)
+    _node(doc, "sin")["target"] = target
+    with pytest.raises(FormatError, match=re_escape(target)):
+        _load_doc(doc, tmp_path)
+
+
+def re_escape(s):
+    import re
+
+    return re.escape(s)
+
+
+def test_dangling_node_reference(sin_mm_doc, tmp_path):
+    doc = copy.deepcopy(sin_mm_doc)
+    _node(doc, "mm")["args"][0] = {"node": "nowhere"}
+    with pytest.raises(FormatError, match=r"\('mm'\)\.args\[0\].*unknown node 'nowhere'"):
+        _load_doc(doc, tmp_path)
+
+
+def test_reference_to_a_later_node(sin_mm_doc, tmp_path):
+    doc = copy.deepcopy(sin_mm_doc)
+    _node(doc, "sin")["args"][0] = {"node": "sigmoid"}
+    with pytest.raises(FormatError, match="'sigmoid', which is defined later"):
+        _load_doc(doc, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(format="other"), r"\$\.format"),
+        (lambda d: d.update(version="1.0"), r"\$\.version"),
+        (lambda d: d.update(kind="weird"), r"\$\.kind"),
+        (lambda d: d.pop("joint"), r"\$\.joint"),
+        (lambda d: d.update(nodes=[]), r"\$\.nodes"),
+        (lambda d: d["nodes"].append(dict(copy.deepcopy(d["nodes"][0]), name="extra")), "after the output node"),
+        (lambda d: d["nodes"].pop(), "no output node"),
+        (lambda d: d["nodes"][3].update(name="primals_1"), "duplicate node name"),
+        (lambda d: d["nodes"][3].update(name="not valid"), "Python identifier"),
+        (lambda d: d["nodes"][3].update(op="call_method"), "unknown node op"),
+        (lambda d: d["nodes"][3]["meta"].pop("val"), "missing 'val'"),
+        (lambda d: d["nodes"][0]["meta"]["val"].update(dtype="float99"), "unknown dtype 'float99'"),
+        (lambda d: d["nodes"][0]["meta"]["val"].update(kind="blob"), "unknown value kind 'blob'"),
+        (lambda d: d["nodes"][0].update(role="boss"), "unknown role"),
+        (lambda d: d["nodes"][3]["args"].append({"dtype": "nope"}), "unknown dtype 'nope'"),
+        (lambda d: d["nodes"][3]["args"].append({"what": 1}), "unknown argument object key"),
+        (lambda d: d["nodes"][3]["meta"].update(recompute="SOMETIMES"), "unknown policy"),
+        (lambda d: d["joint"].update(num_fwd_outputs=2), r"output_paths: expected 2"),
+        (lambda d: d["joint"].update(num_fwd_outputs=2, output_paths=None, tangent_outputs=None), "outputs != 2"),
+        (lambda d: d["joint"].update(tangent_outputs=[5]), "tangent_outputs"),
+    ],
+)
+def test_malformed_documents(sin_mm_doc, tmp_path, mutate, message):
+    doc = copy.deepcopy(sin_mm_doc)
+    mutate(doc)
+    with pytest.raises(FormatError, match=message):
+        _load_doc(doc, tmp_path)
+
+
+def test_not_json(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(FormatError, match="not valid JSON"):
+        fxremat.load(p)
+    p = tmp_path / "bad.json.gz"
+    p.write_bytes(b"\x1f\x8b" + b"garbage")
+    with pytest.raises(FormatError, match="gzip"):
+        fxremat.load(p)
+
+
+def test_roles_derived_when_absent(sin_mm_doc, tmp_path):
+    doc = copy.deepcopy(sin_mm_doc)
+    for n in doc["nodes"]:
+        n.pop("role", None)
+    gm = _load_doc(doc, tmp_path)
+    roles = [n.meta["fxremat_role"] for n in gm.graph.nodes if n.op == "placeholder"]
+    assert roles == ["primal", "primal", "tangent"]
+
+
+# ---- writer ---------------------------------------------------------------------------
+
+
+def test_values_args_and_python_targets_round_trip(tmp_path):
+    def f(x):
+        y = x.masked_fill(x > 0, float("inf")).clamp(min=-math.inf, max=1e30)
+        z = torch.zeros(3, dtype=torch.float64, layout=torch.strided, device="cpu")
+        w = x.contiguous(memory_format=torch.contiguous_format)
+        parts = torch.split(w, 2)  # multi-output op: getitem nodes, tuple values
+        return y, z, parts[0], torch.isnan(x * float("nan"))
+
+    x = torch.randn(4)
+    gm = make_fx(f)(x)
+    doc = to_json(gm)
+    assert doc["kind"] == "plain"
+    text = json.dumps(doc)
+    for needle in ('{"float": "inf"}', '{"float": "-inf"}', '{"float": "nan"}', '{"dtype": "float64"}',
+                   '{"device": "cpu"}', '{"layout": "strided"}', '"_operator.getitem"', '"kind": "tuple"'):
+        assert needle in text, needle
+    assert all(n["role"] == "input" for n in doc["nodes"] if n["op"] == "placeholder")
+    back = from_json(json.loads(text))
+    for got, want in zip(back(x), f(x)):
+        torch.testing.assert_close(got, want, equal_nan=True)
+    assert to_json(back) == doc
+
+
+def test_symbolic_shapes_round_trip(tmp_path):
+    def f(x):
+        return (x.view(x.shape[0] * 2, -1).sum(0) * (x.shape[0] + 1),)
+
+    gm = make_fx(f, tracing_mode="symbolic")(torch.randn(4, 6))
+    path = tmp_path / "sym.json"
+    fxremat.save(gm, path)
+    doc = json.loads(path.read_text())
+    assert sorted(doc["symbols"].values()) == [4, 6]
+    assert any(n["target"] == "_operator.mul" for n in doc["nodes"])
+    assert any(isinstance(d, dict) for d in doc["nodes"][0]["meta"]["val"]["shape"])
+    back = fxremat.load(path)
+    x = torch.randn(6, 8)  # another shape: the graph is symbolic
+    torch.testing.assert_close(back(x)[0], f(x)[0])
+    assert isinstance(back.graph.find_nodes(op="placeholder")[0].meta["val"].shape[0], torch.SymInt)
+
+
+def test_get_attr_tensor_is_refused():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("c", torch.ones(3))
+
+        def forward(self, x):
+            return (x + self.c,)
+
+    gm = fx.symbolic_trace(M())
+    for n in gm.graph.nodes:
+        n.meta["val"] = torch.empty(3)
+    with pytest.raises(UnsupportedGraphError, match=r"node 'c': get_attr"):
+        to_json(gm)
+
+
+def test_unknown_argument_type_is_refused():
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(4)
+    y = g.call_function(torch.ops.aten.sin.default, (x,))
+    y.meta["val"] = torch.empty(4)
+    z = g.call_function(torch.ops.aten.add.Tensor, (y, 2j), name="bad_add")
+    z.meta["val"] = torch.empty(4)
+    g.output((z,))
+    with pytest.raises(UnsupportedGraphError, match=r"node .bad_add. args\[1\].*complex"):
+        to_json(fx.GraphModule(torch.nn.Module(), g))
+
+
+def test_missing_val_and_single_output_are_refused():
+    gm = fx.symbolic_trace(lambda x: (torch.sin(x),))
+    with pytest.raises(UnsupportedGraphError, match="no meta\\['val'\\]"):
+        to_json(gm)
+    gm = make_fx(lambda x: torch.sin(x))(torch.randn(2))
+    with pytest.raises(UnsupportedGraphError, match="tuple or list"):
+        to_json(gm)
+
+
+# ---- loaded graphs are usable joint graphs ---------------------------------------------
+
+
+@pytest.mark.parametrize("partitioner", ["default_partition", "min_cut_rematerialization_partition"])
+def test_torch_partitioners_accept_a_loaded_joint_graph(partitioner):
+    from torch._functorch import partitioners
+
+    from fxremat.testing import programs, verify
+
+    gm = fxremat.load(testdata.path_of("simple_mlp_ckpt"))
+    facts = gm.meta["fxremat"]
+    nfo = facts["num_fwd_outputs"]
+    fw, bw = getattr(partitioners, partitioner)(gm, None, num_fwd_outputs=nfo)
+    program = programs.build("simple_mlp_ckpt")
+    primals = [fxremat.resolve_path(p, program.roots()).detach() for p in facts["input_paths"]]
+    tangents = verify.random_tangents(gm)
+    with torch.no_grad():
+        joint_out = gm(*primals, *tangents)
+        fw_out = fw(*primals)
+        saved = fw_out[nfo:]
+        grads = bw(*saved, *tangents)
+    for got, want in zip(list(fw_out[:nfo]) + list(grads), joint_out):
+        if want is None:
+            assert got is None
+        else:
+            torch.testing.assert_close(got, want)
+
+
+# ---- process-level behaviour -----------------------------------------------------------
+
+
+def _run_python(code: str) -> str:
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_import_is_lazy():
+    out = _run_python(
+        "import sys, fxremat\n"
+        "assert issubclass(fxremat.FormatError, ValueError)\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('fxremat._C')))\n"
+    )
+    assert out.strip() == "[]"
+
+
+def test_load_registers_xla_name_tensor():
+    path = testdata.path_of("name_tensor")
+    out = _run_python(
+        "import torch, fxremat\n"
+        "from fxremat import xla_compat\n"
+        "assert not xla_compat.is_registered()\n"
+        f"gm = fxremat.load({str(path)!r})\n"
+        "assert xla_compat.is_registered()\n"
+        "x = torch.randn(10); t = torch.randn(10)\n"
+        "out, grad = gm(x, t)\n"
+        "ref = torch.sin(x) ** 2 + 3\n"
+        "assert torch.allclose(out, ref), (out, ref)\n"
+        "assert torch.allclose(grad, t * 2 * torch.sin(x) * torch.cos(x), atol=1e-6)\n"
+        "assert torch.equal(torch.ops.xla.name_tensor(x, 'n'), x)\n"
+        "print(sum(n.target is torch.ops.xla.name_tensor.default for n in gm.graph.nodes))\n"
+    )
+    assert int(out) >= 1
+
+
+def test_bad_input_corpus_is_refused(repo_root):
+    """The C++ reader's bad-input corpus (tests/bad_inputs) is refused here as well."""
+    corpus = repo_root / "tests" / "bad_inputs"
+    files = sorted(p for p in corpus.glob("*.json*")) if corpus.is_dir() else []
+    if not files:
+        pytest.skip("no bad-input corpus")
+    for path in files:
+        with pytest.raises(FormatError):
+            fxremat.load(path)

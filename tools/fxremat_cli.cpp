@@ -1,0 +1,224 @@
+// The `fxremat` command line. The library reports errors as Status; this is the
+// edge where they become one line on stderr and an exit code:
+//   0  success
+//   1  numeric verification or signature check failed
+//   2  bad input or bad usage (malformed file, unknown op, contradictory flags)
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "fxremat/inspect.h"
+#include "fxremat/partition.h"
+#include "fxremat/serialize.h"
+#include "fxremat/text.h"
+#include "fxremat/torch_bridge.h"
+#include "passes/default_partition.h"
+
+namespace fs = std::filesystem;
+using namespace fxremat;
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitVerifyFailed = 1;
+constexpr int kExitBadInput = 2;
+
+int Fail(const Status& status) {
+  std::cerr << "fxremat: error: " << status.ToString() << "\n";
+  return status.code() == ErrorCode::kVerifyFailed ? kExitVerifyFailed : kExitBadInput;
+}
+
+// Loads a graph and completes its op facts from the dispatcher if it lacks any.
+Expected<std::unique_ptr<Graph>> LoadForWork(const std::string& path) {
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, LoadGraphFile(path));
+  auto completed = CompleteOpFactsFromDispatcher(*graph);
+  if (!completed.ok()) return completed.status().WithContext(path);
+  return graph;
+}
+
+// Writes files into `dir` so that either all of them appear or none does:
+// everything goes into a staging directory first.
+Status WriteAllOrNothing(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+  std::error_code ec;
+  fs::path target(dir);
+  if (fs::exists(target, ec) && !fs::is_directory(target, ec))
+    return Status::BadInput("exists and is not a directory", dir);
+  fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  fs::path staging = parent / fmt::format(".{}.fxremat-staging.{}", target.filename().string(), ::getpid());
+  fs::remove_all(staging, ec);
+  if (!fs::create_directory(staging, ec)) return Status::BadInput("cannot create the output directory", dir);
+  for (const auto& [name, contents] : files) {
+    Status st = WriteFileAtomically((staging / name).string(), contents);
+    if (!st.ok()) {
+      fs::remove_all(staging, ec);
+      return st;
+    }
+  }
+  if (!fs::exists(target, ec)) {
+    fs::rename(staging, target, ec);
+    if (ec) {
+      fs::remove_all(staging, ec);
+      return Status::BadInput("cannot create the output directory", dir);
+    }
+    return Status::Ok();
+  }
+  for (const auto& [name, contents] : files) {
+    fs::rename(staging / name, target / name, ec);
+    if (ec) {
+      fs::remove_all(staging, ec);
+      return Status::BadInput(fmt::format("cannot write {}", name), dir);
+    }
+  }
+  fs::remove_all(staging, ec);
+  return Status::Ok();
+}
+
+int RunInspect(const std::string& path) {
+  auto graph = LoadForWork(path);
+  if (!graph.ok()) return Fail(graph.status());
+  auto report = InspectGraph(**graph);
+  if (!report.ok()) return Fail(report.status().WithContext(path));
+  std::cout << *report;
+  return kExitOk;
+}
+
+int RunPrint(const std::string& path, const std::string& output) {
+  auto graph = LoadGraphFile(path);
+  if (!graph.ok()) return Fail(graph.status());
+  if (output.empty()) {
+    std::cout << PrintGraph(**graph);
+    return kExitOk;
+  }
+  const bool as_text = output.size() >= 5 && output.compare(output.size() - 5, 5, ".fxir") == 0;
+  Status st = WriteFileAtomically(output, as_text ? PrintGraph(**graph) : GraphToJson(**graph));
+  return st.ok() ? kExitOk : Fail(st);
+}
+
+std::string Describe(const SavedValue& s) {
+  std::string facts = FormatValueFacts(s.facts);
+  return fmt::format("  {:<28} {:<24} {:>10} B  fw out {:>3} -> bw in {:>3}{}", s.name, facts, s.bytes,
+                     s.forward_output_index, s.backward_input_index,
+                     s.annotation ? fmt::format("  named '{}'", *s.annotation) : "");
+}
+
+int RunPartition(const std::string& path, const std::string& partitioner, const std::string& out_dir,
+                 const std::string& print) {
+  auto graph = LoadForWork(path);
+  if (!graph.ok()) return Fail(graph.status());
+  if ((*graph)->kind() != GraphKind::kJoint)
+    return Fail(Status::BadInput(fmt::format("expected a joint graph, got a {} graph",
+                                             GraphKindName((*graph)->kind())), path));
+  Expected<Partition> partition = Status::BadInput("unknown partitioner");
+  if (partitioner == "default") partition = DefaultPartition(**graph);
+  else return Fail(Status::BadInput(fmt::format("unknown partitioner '{}' (available: default)", partitioner)));
+  if (!partition.ok()) return Fail(partition.status().WithContext(path));
+  const Partition& p = *partition;
+  if (!out_dir.empty()) {
+    Status st = WriteAllOrNothing(out_dir, {{"forward.json", GraphToJson(*p.forward)},
+                                            {"backward.json", GraphToJson(*p.backward)},
+                                            {"signature.json", SignatureToJson(p.signature)}});
+    if (!st.ok()) return Fail(st);
+  }
+  if (print == "code") {
+    std::cout << "# ---- forward ----\n" << PrintGraph(*p.forward) << "\n# ---- backward ----\n"
+              << PrintGraph(*p.backward) << "\n";
+  }
+  std::cout << fmt::format("partitioner {}: forward {} nodes, backward {} nodes; saved {} values, {} bytes\n",
+                           partitioner, p.forward->size(), p.backward->size(), p.signature.saved.size(),
+                           p.signature.savedBytes());
+  for (const SavedValue& s : p.signature.saved) std::cout << Describe(s) << "\n";
+  if (!out_dir.empty()) std::cout << fmt::format("wrote {}/{{forward,backward,signature}}.json\n", out_dir);
+  return kExitOk;
+}
+
+int RunVerify(const std::string& path, const std::string& dir, uint64_t seed, double tolerance_scale) {
+  auto joint = LoadForWork(path);
+  if (!joint.ok()) return Fail(joint.status());
+  auto forward = LoadForWork((fs::path(dir) / "forward.json").string());
+  if (!forward.ok()) return Fail(forward.status());
+  auto backward = LoadForWork((fs::path(dir) / "backward.json").string());
+  if (!backward.ok()) return Fail(backward.status());
+  const std::string sig_path = (fs::path(dir) / "signature.json").string();
+  auto sig_text = ReadFileContents(sig_path);
+  if (!sig_text.ok()) return Fail(sig_text.status());
+  auto signature = SignatureFromJson(*sig_text, sig_path);
+  if (!signature.ok()) return Fail(signature.status());
+  Status check = CheckSignature(**forward, **backward, *signature);
+  if (!check.ok()) {
+    std::cerr << "fxremat: signature check failed: " << check.ToString() << "\n";
+    return kExitVerifyFailed;
+  }
+  VerifyOptions options;
+  options.seed = seed;
+  options.tolerance_scale = tolerance_scale;
+  auto report = VerifyPartition(**joint, **forward, **backward, *signature, options);
+  if (!report.ok()) return Fail(report.status());
+  for (const std::string& line : report->lines) std::cout << "  " << line << "\n";
+  std::cout << fmt::format("verify {}: {} values compared: {}\n", path, report->values_compared,
+                           report->passed ? "PASSED" : "FAILED");
+  return report->passed ? kExitOk : kExitVerifyFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fxremat: activation rematerialization for PyTorch joint graphs.\n"
+               "Exit codes: 0 ok, 1 verification failed, 2 bad input or usage."};
+  app.set_version_flag("--version", std::string("fxremat ") + FXREMAT_VERSION);
+  app.require_subcommand(1);
+
+  std::string graph_path, out_dir, partitioner = "default", print, output;
+  uint64_t seed = 0;
+  double tolerance_scale = 1.0;
+
+  auto* inspect = app.add_subcommand("inspect", "Node and op counts, forward/backward classification, activation bytes");
+  inspect->add_option("graph", graph_path, "Graph file (.json, .json.gz or .fxir)")->required();
+
+  auto* print_cmd = app.add_subcommand("print", "Print a graph in the IR text form, or convert it (-o FILE.json|.fxir)");
+  print_cmd->add_option("graph", graph_path, "Graph file")->required();
+  print_cmd->add_option("-o,--output", output, "Write to this file instead of stdout (.fxir → text, else JSON)");
+
+  auto* partition = app.add_subcommand("partition", "Split a joint graph into forward and backward graphs");
+  partition->add_option("graph", graph_path, "Joint graph file")->required();
+  partition->add_option("--partitioner", partitioner, "Partitioner: default")->capture_default_str();
+  partition->add_option("-o,--output-dir", out_dir, "Write forward.json, backward.json, signature.json here");
+  partition->add_option("--print", print, "Print the emitted graphs: code")->check(CLI::IsMember({"code"}));
+
+  auto* verify = app.add_subcommand("verify", "Check a partition numerically against its joint graph (libtorch)");
+  verify->add_option("graph", graph_path, "Joint graph file")->required();
+  verify->add_option("partition_dir", out_dir, "Directory written by `fxremat partition -o`")->required();
+  verify->add_option("--seed", seed, "Seed for the random inputs")->capture_default_str();
+  verify->add_option("--tolerance-scale", tolerance_scale, "Multiply the dtype tolerances")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "fxremat: usage error: " << e.what() << "\nRun 'fxremat --help' for usage.\n";
+    return kExitBadInput;
+  }
+  try {
+    if (inspect->parsed()) return RunInspect(graph_path);
+    if (print_cmd->parsed()) return RunPrint(graph_path, output);
+    if (partition->parsed()) return RunPartition(graph_path, partitioner, out_dir, print);
+    if (verify->parsed()) return RunVerify(graph_path, out_dir, seed, tolerance_scale);
+  } catch (const std::exception& e) {
+    // The library reports errors as Status; anything thrown is a bug, but the
+    // user still gets one line and a non-crash exit.
+    std::cerr << "fxremat: internal error: " << e.what() << "\n";
+    return kExitBadInput;
+  }
+  return kExitBadInput;
+}
