@@ -58,3 +58,17 @@ sanitize: setup
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan
+
+# ---- benchmarks (not part of `make test`; docs/benchmarks.md) -------------------
+# Checks the synthetic graph generator against AOTAutograd, makes the graphs
+# (cached under bench/out/, git-ignored), times fxremat against PyTorch's
+# min_cut_rematerialization_partition, and rewrites docs/benchmarks.md and
+# docs/benchmarks.png. Takes about an hour; BENCH_ARGS passes options to
+# bench/run.py (e.g. BENCH_ARGS="--only gpt2_2l synth_10k --repeat 5").
+BENCH_ARGS ?=
+.PHONY: bench
+bench: build
+	$(CMAKE) --build $(BUILD) -j $(JOBS) --target fxremat_bench fxremat_synth
+	$(PY) bench/check_synth.py --build $(BUILD)
+	$(PY) bench/make_graphs.py --build $(BUILD)
+	$(PY) bench/run.py --build $(BUILD) $(BENCH_ARGS)

@@ -49,14 +49,19 @@ Argument MapArgument(const Argument& a, const std::unordered_map<const Node*, No
   return a;
 }
 
-// Removes nodes without users, last to first, keeping placeholders, the output
-// and side-effecting ops (FX's eliminate_dead_code).
+// Removes nodes whose values nobody needs, keeping placeholders, the output
+// and side-effecting ops (FX's eliminate_dead_code), in one linear pass.
 void EliminateDeadCode(Graph& g) {
+  std::vector<bool> live(g.size(), false);
+  std::vector<Node*> dead;
   for (size_t i = g.size(); i-- > 0;) {
     Node* n = g.nodes()[i].get();
-    if (n->isPlaceholder() || n->isOutput() || IsImpure(*n) || !n->users().empty()) continue;
-    g.eraseNode(n);
+    bool keep = n->isPlaceholder() || n->isOutput() || IsImpure(*n);
+    for (Node* user : n->users()) keep = keep || live[user->index()];
+    live[i] = keep;
+    if (!keep) dead.push_back(n);
   }
+  g.eraseNodes(dead);
 }
 
 }  // namespace

@@ -148,8 +148,13 @@ const Argument* Node::kwarg(std::string_view key) const {
 
 const OpInfo* Node::opInfo() const {
   if (op_ != OpKind::kCallFunction) return nullptr;
+  // OpTable entries are never erased, so a found entry can be cached; a miss is
+  // not cached because facts may be added later (from the dispatcher).
+  if (op_info_) return op_info_;
   auto it = graph_->ops().find(target_);
-  return it == graph_->ops().end() ? nullptr : &it->second;
+  if (it == graph_->ops().end()) return nullptr;
+  op_info_ = &it->second;
+  return op_info_;
 }
 
 void Node::recomputeInputs() {
@@ -252,6 +257,36 @@ void Graph::eraseNode(Node* node) {
   by_name_.erase(node->name_);
   nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(position));
   renumber(position);
+}
+
+void Graph::eraseNodes(const std::vector<Node*>& doomed) {
+  if (doomed.empty()) return;
+  std::vector<bool> erase(nodes_.size(), false);
+  for (Node* n : doomed) {
+    assert(n->graph_ == this);
+    erase[n->index_] = true;
+  }
+  for (Node* n : doomed) {
+    for (Node* user : n->users_) {
+      (void)user;
+      assert(erase[user->index_] && "eraseNodes: a user of an erased node survives");
+    }
+    // Detach from surviving inputs only; erased inputs go away wholesale.
+    for (Node* input : n->inputs_) {
+      if (erase[input->index_]) continue;
+      auto& users = input->users_;
+      users.erase(std::remove(users.begin(), users.end(), n), users.end());
+    }
+    by_name_.erase(n->name_);
+  }
+  size_t out = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (erase[i]) continue;
+    if (out != i) nodes_[out] = std::move(nodes_[i]);
+    nodes_[out]->index_ = out;
+    ++out;
+  }
+  nodes_.resize(out);
 }
 
 std::string Graph::uniqueName(std::string_view base) const {

@@ -17,6 +17,7 @@
 
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
+#include "src/json_internal.h"
 
 namespace fxremat {
 
@@ -132,8 +133,17 @@ Status GraphReader::ReadOps(const json& ops) {
         tags.push_back(t.get<std::string>());
       }
     }
+    std::vector<std::string> packet_tags;
+    if (facts.contains("packet_tags")) {
+      if (!facts["packet_tags"].is_array()) return Fail(path + "/packet_tags", "expected an array of strings");
+      for (const json& t : facts["packet_tags"]) {
+        if (!t.is_string()) return Fail(path + "/packet_tags", "expected an array of strings");
+        packet_tags.push_back(t.get<std::string>());
+      }
+    }
     auto info = MakeOpInfo(target, schema, std::move(tags));
     if (!info.ok()) return info.status().WithContext(path);
+    info->packet_tags = std::move(packet_tags);
     graph_->ops().emplace(target, std::move(info).value());
   }
   return Status::Ok();
@@ -269,6 +279,10 @@ Expected<ValueFacts> GraphReader::ReadValueFacts(const json& j, const std::strin
     if (j.contains("device")) {
       if (!j["device"].is_string()) return Fail(path + "/device", "expected a string");
       v.tensor.device = j["device"].get<std::string>();
+    }
+    if (j.contains("storage") && !j["storage"].is_null()) {
+      if (!j["storage"].is_number_integer()) return Fail(path + "/storage", "expected an integer");
+      v.tensor.storage = j["storage"].get<int64_t>();
     }
     if (j.contains("requires_grad")) {
       if (!j["requires_grad"].is_boolean()) return Fail(path + "/requires_grad", "expected a boolean");
@@ -507,6 +521,7 @@ ojson ValueFactsToJson(const ValueFacts& v) {
       j["stride"] = stride;
       j["device"] = v.tensor.device;
       j["requires_grad"] = v.tensor.requires_grad;
+      if (v.tensor.storage >= 0) j["storage"] = v.tensor.storage;
       break;
     }
     case ValueFacts::Kind::kSymInt: j["kind"] = "symint"; j["expr"] = v.expr; j["hint"] = v.hint; break;
@@ -565,6 +580,10 @@ Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) {
     if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
     return Status::BadInput(fmt::format("malformed JSON: {}", what));
   }
+  return GraphFromJsonDocument(doc);
+}
+
+Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc) {
   try {
     GraphReader reader;
     return reader.Read(doc);
@@ -573,7 +592,9 @@ Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) {
   }
 }
 
-std::string GraphToJson(const Graph& graph) {
+std::string GraphToJson(const Graph& graph) { return GraphToJsonDocument(graph).dump(1) + "\n"; }
+
+nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) {
   ojson doc;
   doc["format"] = "fxremat.graph";
   doc["version"] = {kFormatMajorVersion, kFormatMinorVersion};
@@ -600,6 +621,7 @@ std::string GraphToJson(const Graph& graph) {
     ojson facts;
     facts["schema"] = info.schema_text;
     facts["tags"] = info.tags;
+    if (!info.packet_tags.empty()) facts["packet_tags"] = info.packet_tags;
     ops[target] = facts;
   }
   doc["ops"] = ops;
@@ -636,7 +658,7 @@ std::string GraphToJson(const Graph& graph) {
     nodes.push_back(std::move(j));
   }
   doc["nodes"] = std::move(nodes);
-  return doc.dump(1) + "\n";
+  return doc;
 }
 
 // ---------------------------------------------------------------------------

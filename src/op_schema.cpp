@@ -174,6 +174,10 @@ bool OpInfo::hasTag(std::string_view tag) const {
   return std::find(tags.begin(), tags.end(), tag) != tags.end();
 }
 
+bool OpInfo::packetHasTag(std::string_view tag) const {
+  return hasTag(tag) || std::find(packet_tags.begin(), packet_tags.end(), tag) != packet_tags.end();
+}
+
 Expected<OpInfo> MakeOpInfo(std::string target, std::string schema_text, std::vector<std::string> tags) {
   OpInfo info;
   if (!schema_text.empty()) {

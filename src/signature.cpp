@@ -7,6 +7,7 @@
 
 #include "fxremat/partition.h"
 #include "fxremat/text.h"
+#include "src/json_internal.h"
 
 namespace fxremat {
 
@@ -159,7 +160,9 @@ ojson FactsShape(const ValueFacts& v) {
 }
 }  // namespace
 
-std::string SignatureToJson(const Signature& sig) {
+std::string SignatureToJson(const Signature& sig) { return SignatureToJsonDocument(sig).dump(2) + "\n"; }
+
+nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
   ojson j;
   j["format"] = "fxremat.signature";
   j["version"] = {1, 0};
@@ -205,7 +208,7 @@ std::string SignatureToJson(const Signature& sig) {
                         {"forward_output_index", t.forward_output_index}});
   j["tangents"] = tangents;
   j["saved_bytes"] = sig.savedBytes();
-  return j.dump(2) + "\n";
+  return j;
 }
 
 Expected<Signature> SignatureFromJson(const std::string& text, const std::string& where) {

@@ -295,6 +295,13 @@ class FactsParser {
     v.tensor.device = std::string(s_.substr(start, pos_ - start));
     if (v.tensor.device.empty()) return Err("missing device");
     if (s_.substr(pos_, 3) == " rg") { v.tensor.requires_grad = true; pos_ += 3; }
+    if (s_.substr(pos_, 2) == " @") {
+      pos_ += 2;
+      size_t start_digits = pos_;
+      while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+      if (pos_ == start_digits) return Err("expected a storage id after '@'");
+      v.tensor.storage = std::strtoll(std::string(s_.substr(start_digits, pos_ - start_digits)).c_str(), nullptr, 10);
+    }
     return v;
   }
 
@@ -425,8 +432,21 @@ Status Parser::ParseHeaderLine(Lexer& lex) {
       if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
     }
     FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+    std::vector<std::string> packet_tags;
+    if (lex.peek().kind == Tok::kIdent && lex.peek().text == "packet") {
+      FXREMAT_RETURN_IF_ERROR(lex.Advance());
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
+      while (!lex.IsPunct("]")) {
+        FXREMAT_ASSIGN_OR_RETURN(std::string tag, lex.ExpectIdent());
+        packet_tags.push_back(tag);
+        if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+      }
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+    }
     auto info = MakeOpInfo(target, schema, std::move(tags));
     if (!info.ok()) return lex.Error(col, info.status().ToString());
+    info->packet_tags = std::move(packet_tags);
     graph_->ops().emplace(target, std::move(info).value());
     return Status::Ok();
   }

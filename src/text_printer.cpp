@@ -37,6 +37,7 @@ std::string FormatFacts(const ValueFacts& v, const Graph* graph) {
       }
       s += v.tensor.device;
       if (v.tensor.requires_grad) s += " rg";
+      if (v.tensor.storage >= 0) s += fmt::format(" @{}", v.tensor.storage);
       return s;
     }
     case ValueFacts::Kind::kSymInt: {
@@ -138,8 +139,9 @@ std::string PrintGraph(const Graph& graph) {
   for (const auto& [target, info] : graph.ops()) {
     std::vector<std::string> tags;
     for (const std::string& t : info.tags) tags.push_back(t);
-    out += fmt::format("# op {} {} [{}]\n", target, text_form::QuotePython(info.schema_text),
-                       fmt::join(tags, ", "));
+    out += fmt::format("# op {} {} [{}]", target, text_form::QuotePython(info.schema_text), fmt::join(tags, ", "));
+    if (!info.packet_tags.empty()) out += fmt::format(" packet=[{}]", fmt::join(info.packet_tags, ", "));
+    out += "\n";
   }
   std::vector<std::string> params;
   for (Node* p : graph.placeholders()) {

@@ -19,6 +19,7 @@
 #include "fxremat/text.h"
 #include "fxremat/torch_bridge.h"
 #include "passes/default_partition.h"
+#include "passes/min_cut_partition.h"
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -109,7 +110,17 @@ std::string Describe(const SavedValue& s) {
 }
 
 int RunPartition(const std::string& path, const std::string& partitioner, const std::string& out_dir,
-                 const std::string& print) {
+                 const std::string& print, const std::vector<std::string>& config) {
+  MinCutOptions options;
+  for (const std::string& item : config) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      return Fail(Status::BadInput(fmt::format("--config takes NAME=VALUE, not '{}'", item)));
+    Status st = SetMinCutOption(options, item.substr(0, eq), item.substr(eq + 1));
+    if (!st.ok()) return Fail(st);
+  }
+  if (!config.empty() && partitioner != "mincut")
+    return Fail(Status::BadInput("--config applies to --partitioner mincut only"));
   auto graph = LoadForWork(path);
   if (!graph.ok()) return Fail(graph.status());
   if ((*graph)->kind() != GraphKind::kJoint)
@@ -117,7 +128,8 @@ int RunPartition(const std::string& path, const std::string& partitioner, const 
                                              GraphKindName((*graph)->kind())), path));
   Expected<Partition> partition = Status::BadInput("unknown partitioner");
   if (partitioner == "default") partition = DefaultPartition(**graph);
-  else return Fail(Status::BadInput(fmt::format("unknown partitioner '{}' (available: default)", partitioner)));
+  else if (partitioner == "mincut") partition = MinCutPartition(**graph, options);
+  else return Fail(Status::BadInput(fmt::format("unknown partitioner '{}' (available: mincut, default)", partitioner)));
   if (!partition.ok()) return Fail(partition.status().WithContext(path));
   const Partition& p = *partition;
   if (!out_dir.empty()) {
@@ -174,7 +186,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("fxremat ") + FXREMAT_VERSION);
   app.require_subcommand(1);
 
-  std::string graph_path, out_dir, partitioner = "default", print, output;
+  std::string graph_path, out_dir, partitioner = "mincut", print, output;
+  std::vector<std::string> config;
   uint64_t seed = 0;
   double tolerance_scale = 1.0;
 
@@ -187,7 +200,16 @@ int main(int argc, char** argv) {
 
   auto* partition = app.add_subcommand("partition", "Split a joint graph into forward and backward graphs");
   partition->add_option("graph", graph_path, "Joint graph file")->required();
-  partition->add_option("--partitioner", partitioner, "Partitioner: default")->capture_default_str();
+  partition->add_option("--partitioner", partitioner,
+                        "mincut (functorch's min_cut_rematerialization_partition) or default (functorch's "
+                        "default_partition)")->capture_default_str();
+  partition->add_option("--config", config,
+                        "A min-cut option as NAME=VALUE, with functorch's config names: recompute_views, "
+                        "aggressive_recomputation, ban_recompute_{used_far_apart,long_fusible_chains,"
+                        "materialized_backward,not_in_allowlist,reductions}, treat_parameters_as_free_to_save, cse, "
+                        "max_dist_from_bw, activation_memory_budget (0 or 1), static_lifetime_input_indices "
+                        "(comma-separated primal indices; default: primals with a params[/buffers[ path), "
+                        "max_flow (boykov_kolmogorov, push_relabel). Repeatable.");
   partition->add_option("-o,--output-dir", out_dir, "Write forward.json, backward.json, signature.json here");
   partition->add_option("--print", print, "Print the emitted graphs: code")->check(CLI::IsMember({"code"}));
 
@@ -212,7 +234,7 @@ int main(int argc, char** argv) {
   try {
     if (inspect->parsed()) return RunInspect(graph_path);
     if (print_cmd->parsed()) return RunPrint(graph_path, output);
-    if (partition->parsed()) return RunPartition(graph_path, partitioner, out_dir, print);
+    if (partition->parsed()) return RunPartition(graph_path, partitioner, out_dir, print, config);
     if (verify->parsed()) return RunVerify(graph_path, out_dir, seed, tolerance_scale);
   } catch (const std::exception& e) {
     // The library reports errors as Status; anything thrown is a bug, but the

@@ -57,6 +57,8 @@ struct TensorFacts {
   std::vector<Dim> stride;
   std::string device = "cpu";
   bool requires_grad = false;
+  // Values with the same id alias one storage (views of one base); -1 unknown.
+  int64_t storage = -1;
 
   int64_t numel() const;   // uses hints for symbolic dims
   int64_t nbytes() const;  // numel * item size
@@ -197,6 +199,7 @@ class Node {
   void recomputeInputs();
 
   Graph* graph_;
+  mutable const OpInfo* op_info_ = nullptr;  // cached lookup in the graph's OpTable
   OpKind op_;
   std::string name_;
   std::string target_;
@@ -274,6 +277,12 @@ class Graph {
   void replaceAllUsesWith(Node* from, Node* to);
   // Erases a node that has no users (asserts otherwise).
   void eraseNode(Node* node);
+  // Erases many nodes at once, in linear time. Every user of an erased node
+  // must be erased too (asserts otherwise).
+  //   Given:   %a = f(%x); %b = g(%a); %c = h(%x)
+  //   Execute: eraseNodes({%a, %b})
+  //   Result:  %c = h(%x)
+  void eraseNodes(const std::vector<Node*>& nodes);
   // A name not yet used in the graph, derived from `base` FX-style (base, base_1, ...).
   std::string uniqueName(std::string_view base) const;
 

@@ -44,10 +44,13 @@ struct OpInfo {
   std::string target;       // "aten.mm.default"
   std::string schema_text;  // as PyTorch printed it; empty if unknown
   std::vector<std::string> tags;
+  std::vector<std::string> packet_tags;  // union of tags over the op's overload packet
   OpSchema schema;          // parsed from schema_text (empty when schema_text is)
 
   bool hasSchema() const { return !schema_text.empty(); }
   bool hasTag(std::string_view tag) const;
+  // A tag on any overload of the packet ("aten.add" for "aten.add.Tensor").
+  bool packetHasTag(std::string_view tag) const;
 };
 
 // Op facts keyed by target string, in target order (deterministic output).

@@ -12,7 +12,7 @@
 namespace fxremat {
 
 inline constexpr int kFormatMajorVersion = 1;
-inline constexpr int kFormatMinorVersion = 0;
+inline constexpr int kFormatMinorVersion = 1;
 
 // Parses a graph document. Every error names its JSON path ("/nodes/3/args/0")
 // or node. The result passes VerifyGraph.

@@ -20,7 +20,7 @@ from ._errors import ExportError, FormatError, UnsupportedGraphError
 
 __version__ = "0.1.0"
 
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)
 
 _LAZY = {
     "export_joint": "._export",

@@ -1,4 +1,4 @@
-"""Reader and writer of the fxremat graph format (docs/format.md, version 1.0).
+"""Reader and writer of the fxremat graph format (docs/format.md, version 1.1).
 
 ``save``/``to_json`` turn any ``torch.fx.GraphModule`` whose nodes carry ``meta["val"]``
 into the JSON document; ``load``/``from_json`` rebuild a runnable GraphModule with the same
@@ -22,7 +22,7 @@ import torch.fx as fx
 from ._errors import FormatError, UnsupportedGraphError
 
 FORMAT_NAME = "fxremat.graph"
-VERSION = (1, 0)
+VERSION = (1, 1)  # written; a reader accepts any 1.x
 KINDS = ("joint", "forward", "backward", "plain")
 ROLES = ("primal", "tangent", "fwd_rng", "bwd_rng", "saved", "input")
 NODE_OPS = ("placeholder", "call_function", "get_attr", "output")
@@ -142,9 +142,63 @@ def resolve_target(s: str) -> Any:
 # --------------------------------------------------------------------------------------
 
 
+def packet_tag_names(op: torch._ops.OpOverload) -> list[str]:
+    """Sorted union of the ``torch.Tag`` names over every overload of ``op``'s packet.
+
+    For ``aten.add.Tensor``: the tags of all of ``torch.ops.aten.add``'s overloads. This
+    is what torch/_functorch/partitioners.py's ``pointwise_ops()`` looks at: an
+    OpOverloadPacket is pointwise when any of its overloads has ``Tag.pointwise``.
+    """
+    packet = op.overloadpacket
+    names = {tag.name for tag in op.tags}
+    for overload in packet.overloads():
+        try:
+            other = getattr(packet, overload)
+        except (AttributeError, RuntimeError):  # listed but not resolvable: no tags to add
+            continue
+        names.update(tag.name for tag in other.tags)
+    return sorted(names)
+
+
+def _storage_ref(t: torch.Tensor) -> Any:
+    """``StorageWeakRef(t.untyped_storage())`` (equal for tensors that alias one storage,
+    as torch/_functorch/compile_utils.py's fx_graph_cse compares them), or None when the
+    storage cannot be queried."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    try:
+        return StorageWeakRef(t.untyped_storage())
+    except (NotImplementedError, RuntimeError):
+        return None
+
+
 class _Encoder:
     def __init__(self) -> None:
         self.symbols: dict[str, int] = {}
+        # storage key -> id, numbered 0, 1, 2, ... in order of first appearance. Keys are
+        # ("storage", StorageWeakRef.cdata) for tensors and ("file", id) for ids copied
+        # from a loaded file; the weak references are kept alive in _storage_refs so that
+        # no storage address is reused while encoding.
+        self.storages: dict[tuple[str, int], int] = {}
+        self._storage_refs: list[Any] = []
+
+    def storage_id(self, key: tuple[str, int]) -> int:
+        sid = self.storages.get(key)
+        if sid is None:
+            sid = self.storages[key] = len(self.storages)
+        return sid
+
+    def copied_val(self, v: Any) -> Any:
+        """Value facts a loaded graph kept as JSON (``meta["fxremat_val"]``), with storage
+        ids renumbered into this document's numbering."""
+        if isinstance(v, dict):
+            out = {k: self.copied_val(x) for k, x in v.items()}
+            if v.get("kind") == "tensor" and _is_int(v.get("storage")):
+                out["storage"] = self.storage_id(("file", v["storage"]))
+            return out
+        if isinstance(v, list):
+            return [self.copied_val(x) for x in v]
+        return v
 
     # ---- arguments ------------------------------------------------------------------
     def arg(self, a: Any, where: str) -> Any:
@@ -205,7 +259,7 @@ class _Encoder:
         if isinstance(v, torch.Tensor):
             if v.layout != torch.strided:
                 raise UnsupportedGraphError(f"{where}: tensor layout {v.layout} is not supported")
-            return {
+            facts = {
                 "kind": "tensor",
                 "dtype": _dtype_name(v.dtype),
                 "shape": [self.dim(d, where) for d in v.shape],
@@ -213,6 +267,11 @@ class _Encoder:
                 "device": str(v.device),
                 "requires_grad": bool(v.requires_grad),
             }
+            ref = _storage_ref(v)
+            if ref is not None:
+                self._storage_refs.append(ref)
+                facts["storage"] = self.storage_id(("storage", ref.cdata))
+            return facts
         if isinstance(v, torch.SymInt):
             c = v.node.maybe_as_int()
             if c is not None:
@@ -380,6 +439,7 @@ def to_json(
                 ops[t] = {
                     "schema": str(node.target._schema),
                     "tags": [tag.name for tag in node.target.tags],
+                    "packet_tags": packet_tag_names(node.target),
                 }
         elif node.op == "output":
             entry["target"] = "output"
@@ -429,7 +489,7 @@ def _encode_meta(enc: _Encoder, node: fx.Node, where: str) -> dict:
     if "val" in meta:
         out["val"] = enc.val(meta["val"], f"{where} meta['val']")
     elif "fxremat_val" in meta:  # loaded, but the value could not be rebuilt as fake
-        out["val"] = meta["fxremat_val"]
+        out["val"] = enc.copied_val(meta["fxremat_val"])
     else:
         raise UnsupportedGraphError(
             f"{where}: no meta['val'] (run FakeTensorProp, or trace with make_fx/AOTAutograd)"
@@ -559,6 +619,8 @@ class _Decoder:
         self.symbols = symbols
         self._fake_mode = None
         self._sym_map: dict[str, Any] | None = None
+        # storage id -> the first tensor rebuilt with it (later ones share its storage)
+        self._storages: dict[int, torch.Tensor] = {}
 
     # ---- arguments ------------------------------------------------------------------
     def arg(self, a: Any, where: str, env: dict[str, fx.Node], later: Any) -> Any:
@@ -644,6 +706,21 @@ class _Decoder:
             return self._sym(d["sym"], where, "int")
         raise _fail(where, f"dimension must be an integer or {{\"sym\": EXPR}}, got {d!r}")
 
+    def _alias(self, sid: int | None, shape: list, stride: list, dtype: torch.dtype,
+               device: torch.device) -> torch.Tensor | None:
+        """A tensor over the storage of the first tensor rebuilt with storage id ``sid``
+        (so that ``StorageWeakRef(t.untyped_storage())`` tells aliases apart as in the
+        traced graph), or None when there is none yet or it cannot be made. The storage
+        offset is not in the format: the alias starts at offset 0 (the storage grows if
+        needed). It is a plain tensor, not an autograd view of the first."""
+        base = self._storages.get(sid) if sid is not None else None
+        if base is None or base.device != device:
+            return None
+        try:
+            return torch.empty(0, dtype=dtype, device=device).set_(base.untyped_storage(), 0, shape, stride)
+        except Exception:  # noqa: BLE001 - fall back to a tensor with its own storage
+            return None
+
     def val(self, v: Any, where: str) -> Any:
         _expect(isinstance(v, dict) and isinstance(v.get("kind"), str), where, f"value facts must be an object with a kind, got {v!r}")
         k = v["kind"]
@@ -660,8 +737,16 @@ class _Decoder:
                 device = torch.device(v["device"])
             except (RuntimeError, TypeError):
                 raise _fail(where, f"unknown device {v['device']!r}") from None
+            sid = v.get("storage")
+            _expect(sid is None or _is_int(sid), f"{where}.storage", f"expected an integer, got {sid!r}")
+            if sid is not None and sid < 0:  # -1: unknown, as the C++ reader treats it
+                sid = None
             with self._fake():
-                t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+                t = self._alias(sid, shape, stride, dtype, device)
+                if t is None:
+                    t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+                    if sid is not None:
+                        self._storages[sid] = t
             if v.get("requires_grad"):
                 t.requires_grad_(True)
             return t

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -66,39 +65,66 @@ class Partition:
         return fw_out[: sig["num_fwd_outputs"]], grads
 
 
-def _document_text(joint: Any) -> str:
+def _document(joint: Any) -> dict:
+    """The format's document (a dict) for a path, a JointGraph or a GraphModule."""
     from ._export import JointGraph
-    from ._format import dumps, to_json
+    from ._format import to_json
 
     if isinstance(joint, (str, os.PathLike)):
         from ._format import _read_doc
 
-        return dumps(_read_doc(joint))
+        return _read_doc(joint)
     if isinstance(joint, JointGraph):
-        return dumps(joint.to_json())
+        return joint.to_json()
     import torch.fx as fx
 
     if isinstance(joint, fx.GraphModule):
-        return dumps(to_json(joint))
+        return to_json(joint)
     raise TypeError(f"expected a JointGraph, a joint fx.GraphModule or a path, got {type(joint).__name__}")
 
 
-def partition(joint: Any, partitioner: str = "default") -> Partition:
+def _document_text(joint: Any) -> str:
+    from ._format import dumps
+
+    return dumps(_document(joint))
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(int(v)) for v in value)
+    return str(value)
+
+
+def partition(
+    joint: Any,
+    partitioner: str = "mincut",
+    options: dict | None = None,
+    static_lifetime_input_indices: Sequence[int] | None = None,
+) -> Partition:
     """Partitions a joint graph with the C++ partitioner named ``partitioner``.
 
     ``joint`` is a :class:`fxremat.JointGraph`, a joint ``fx.GraphModule`` loaded by
-    :func:`fxremat.load`, or a path to a saved graph. Errors in the graph raise
-    ``ValueError`` with the library's message (it names the node or JSON path).
+    :func:`fxremat.load`, or a path to a saved graph. ``partitioner`` is ``"mincut"``
+    (functorch's ``min_cut_rematerialization_partition``) or ``"default"`` (functorch's
+    ``default_partition``). ``options`` holds min-cut knobs under functorch's config
+    names (``recompute_views``, ``aggressive_recomputation``, ``ban_recompute_*``,
+    ``treat_parameters_as_free_to_save``, ``cse``, ``max_dist_from_bw``, ...).
+    ``static_lifetime_input_indices`` lists the primals that are parameters (free to
+    save); by default, the primals whose pytree path starts with ``params[`` or
+    ``buffers[``. Errors in the graph raise ``ValueError`` with the library's message
+    (it names the node or JSON path).
     """
     from ._format import from_json
 
     _C = _extension()
-    fw_text, bw_text, sig_text = _C.partition(_document_text(joint), partitioner)
-    return Partition(
-        forward=from_json(json.loads(fw_text)),
-        backward=from_json(json.loads(bw_text)),
-        signature=json.loads(sig_text),
-    )
+    opts = {str(k): _option_text(v) for k, v in (options or {}).items()}
+    if static_lifetime_input_indices is not None:
+        opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
+    # Dicts cross the extension boundary directly: no JSON text on this path.
+    fw_doc, bw_doc, signature = _C.partition_document(_document(joint), partitioner, opts)
+    return Partition(forward=from_json(fw_doc), backward=from_json(bw_doc), signature=signature)
 
 
 def to_text(graph: Any) -> str:

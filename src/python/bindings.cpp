@@ -2,6 +2,9 @@
 // takes graphs as JSON or IR text, and raises ValueError with the library's
 // message on any error (the Python edge of the single error channel).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
 
 #include <string>
 #include <tuple>
@@ -11,6 +14,8 @@
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
 #include "passes/default_partition.h"
+#include "passes/min_cut_partition.h"
+#include "src/json_internal.h"
 
 namespace py = pybind11;
 using namespace fxremat;
@@ -21,6 +26,64 @@ template <typename T>
 T Unwrap(Expected<T> e) {
   if (!e.ok()) throw py::value_error(e.status().ToString());
   return std::move(e).value();
+}
+
+// Python objects (what fxremat.to_json builds) -> nlohmann values, without text.
+nlohmann::json FromPython(const py::handle& o) {
+  if (o.is_none()) return nullptr;
+  if (py::isinstance<py::bool_>(o)) return o.cast<bool>();
+  if (py::isinstance<py::int_>(o)) return o.cast<int64_t>();
+  if (py::isinstance<py::float_>(o)) return o.cast<double>();
+  if (py::isinstance<py::str>(o)) return o.cast<std::string>();
+  if (py::isinstance<py::dict>(o)) {
+    nlohmann::json j = nlohmann::json::object();
+    for (auto item : o.cast<py::dict>()) j[item.first.cast<std::string>()] = FromPython(item.second);
+    return j;
+  }
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {
+    nlohmann::json j = nlohmann::json::array();
+    for (auto item : o) j.push_back(FromPython(item));
+    return j;
+  }
+  throw py::type_error("fxremat: a graph document holds only dict, list, str, int, float, bool and None, not " +
+                       std::string(py::str(py::type::of(o))));
+}
+
+py::object ToPython(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return py::none();
+    case nlohmann::ordered_json::value_t::boolean: return py::bool_(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned: return py::int_(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float: return py::float_(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return py::str(j.get_ref<const std::string&>());
+    case nlohmann::ordered_json::value_t::array: {
+      py::list list(j.size());
+      for (size_t i = 0; i < j.size(); ++i) list[i] = ToPython(j[i]);
+      return std::move(list);
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      py::dict dict;
+      for (const auto& [k, v] : j.items()) dict[py::str(k)] = ToPython(v);
+      return std::move(dict);
+    }
+    default: return py::none();
+  }
+}
+
+Partition RunPartitioner(const Graph& joint, const std::string& partitioner,
+                         const std::map<std::string, std::string>& options) {
+  MinCutOptions mincut;
+  for (const auto& [name, value] : options) {
+    Status st = SetMinCutOption(mincut, name, value);
+    if (!st.ok()) throw py::value_error(st.ToString());
+  }
+  if (partitioner == "default") {
+    if (!options.empty()) throw py::value_error("options apply to the mincut partitioner only");
+    return Unwrap(DefaultPartition(joint));
+  }
+  if (partitioner == "mincut") return Unwrap(MinCutPartition(joint, mincut));
+  throw py::value_error("unknown partitioner '" + partitioner + "' (available: mincut, default)");
 }
 
 std::unique_ptr<Graph> Parse(const std::string& text) {
@@ -42,14 +105,34 @@ PYBIND11_MODULE(_C, m) {
         py::arg("graph"));
   m.def(
       "partition",
-      [](const std::string& graph, const std::string& partitioner) {
+      [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options) {
         std::unique_ptr<Graph> joint = Parse(graph);
-        if (partitioner != "default") throw py::value_error("unknown partitioner '" + partitioner + "' (available: default)");
-        Partition p = Unwrap(DefaultPartition(*joint));
+        Partition p = RunPartitioner(*joint, partitioner, options);
         return std::make_tuple(GraphToJson(*p.forward), GraphToJson(*p.backward), SignatureToJson(p.signature));
       },
-      py::arg("graph"), py::arg("partitioner") = "default",
+      py::arg("graph"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
       "Partition a joint graph; returns (forward_json, backward_json, signature_json).");
+  m.def(
+      "partition_document",
+      [](const py::dict& document, const std::string& partitioner, const std::map<std::string, std::string>& options) {
+        // Python dicts in, Python dicts out: no JSON text on this path.
+        nlohmann::json doc = FromPython(document);
+        std::unique_ptr<Graph> joint;
+        {
+          py::gil_scoped_release release;
+          joint = Unwrap(GraphFromJsonDocument(doc));
+        }
+        Partition p;
+        {
+          py::gil_scoped_release release;
+          p = RunPartitioner(*joint, partitioner, options);
+        }
+        return py::make_tuple(ToPython(GraphToJsonDocument(*p.forward)), ToPython(GraphToJsonDocument(*p.backward)),
+                              ToPython(SignatureToJsonDocument(p.signature)));
+      },
+      py::arg("document"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
+      "Partition a joint graph given as the fxremat document dict (fxremat.to_json); returns (forward_doc, "
+      "backward_doc, signature) as dicts.");
   m.def(
       "check_signature",
       [](const std::string& forward, const std::string& backward, const std::string& signature) {

@@ -1,7 +1,9 @@
-// Op facts from the libtorch dispatcher: the registered FunctionSchema and tags
-// of every call_function target of a graph that has none.
+// Op facts from the libtorch dispatcher: the registered FunctionSchema, tags and
+// overload-packet tags of every call_function target of a graph that has none.
 
 #include <exception>
+#include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -107,10 +109,51 @@ constexpr BuiltinFacts kAnnotationOps[] = {
     {"fxremat.checkpoint_name.default", "fxremat::checkpoint_name(Tensor x, str name) -> Tensor"},
 };
 
+// Note [Packet tags]
+// OpInfo::packet_tags is the sorted union of the tags of every overload of the
+// op's overload packet: for aten.add.Tensor, of aten::add.Tensor, aten::add.Scalar,
+// aten::add.out, ... . It mirrors what the Python exporter writes from
+// `op.overloadpacket` (union of `getattr(packet, name).tags` over
+// `packet.overloads()`), which is what torch/_functorch/partitioners.py's
+// pointwise_ops() tests (a packet is pointwise if any overload is). Python's
+// packet also lists TorchScript-only overloads (aten::add.int, aten::add.str,
+// ...) that are not dispatcher ops; they carry no tag that a dispatcher overload
+// of the same packet lacks (checked over every packet of torch 2.13: the unions
+// are equal), so enumerating the dispatcher's operators is enough.
+class PacketTagIndex {
+ public:
+  // Sorted, deduplicated tag names over all dispatcher operators named `name`
+  // ("aten::add"), whatever their overload name.
+  std::vector<std::string> TagsOf(const std::string& name) {
+    if (!built_) Build();
+    std::set<std::string> tags;
+    auto it = overloads_.find(name);
+    if (it != overloads_.end()) {
+      for (const c10::OperatorName& op_name : it->second) {
+        std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema(op_name);
+        if (!op) continue;  // registered kernels but no schema: not an op Python lists
+        for (at::Tag tag : op->getTags()) tags.emplace(torch_bridge::TagName(tag));
+      }
+    }
+    return {tags.begin(), tags.end()};
+  }
+
+ private:
+  void Build() {
+    std::vector<c10::OperatorName> names = c10::Dispatcher::singleton().getAllOpNames();
+    for (c10::OperatorName& op_name : names) overloads_[op_name.name].push_back(std::move(op_name));
+    built_ = true;
+  }
+
+  bool built_ = false;
+  std::map<std::string, std::vector<c10::OperatorName>, std::less<>> overloads_;
+};
+
 }  // namespace
 
 Expected<bool> CompleteOpFactsFromDispatcher(Graph& graph) {
   bool added = false;
+  PacketTagIndex packets;  // built on first use (one walk over the dispatcher's ops)
   for (const auto& up : graph.nodes()) {
     const Node& node = *up;
     if (!node.isCallFunction()) continue;
@@ -120,10 +163,12 @@ Expected<bool> CompleteOpFactsFromDispatcher(Graph& graph) {
 
     std::string schema_text;
     std::vector<std::string> tags;
+    std::vector<std::string> packet_tags;  // Note [Packet tags]
     if (std::optional<c10::OperatorHandle> op = torch_bridge::FindDispatcherOp(target)) {
       try {
         schema_text = c10::toString(op->schema());
         for (at::Tag tag : op->getTags()) tags.emplace_back(torch_bridge::TagName(tag));
+        packet_tags = packets.TagsOf(op->operator_name().name);
       } catch (const std::exception& e) {
         return Status::BadInput("cannot read the dispatcher schema of op '" + target + "' at node '" +
                                 node.name() + "': " + e.what());
@@ -137,6 +182,7 @@ Expected<bool> CompleteOpFactsFromDispatcher(Graph& graph) {
     }
     Expected<OpInfo> info = MakeOpInfo(target, std::move(schema_text), std::move(tags));
     if (!info.ok()) return info.status().WithContext("node '" + node.name() + "'");
+    info->packet_tags = std::move(packet_tags);
     graph.ops().emplace(target, std::move(info).value());
     added = true;
   }

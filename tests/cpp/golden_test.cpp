@@ -14,7 +14,9 @@
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
 #include "passes/cleanup_recompute_tags.h"
+#include "passes/cse.h"
 #include "passes/default_partition.h"
+#include "passes/min_cut_partition.h"
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -51,7 +53,10 @@ std::vector<GoldenCase> SplitCases(const std::string& contents, std::string& run
     if (auto r = strip("// RUN:")) { run = *r; continue; }
     if (auto e = strip("// expected-error")) {
       size_t open = e->find("{{"), close = e->rfind("}}");
-      cases.back().expected_error = e->substr(open + 2, close - open - 2);
+      std::string expected = e->substr(open + 2, close - open - 2);
+      // "\n" in an expected message stands for a line break.
+      for (size_t at; (at = expected.find("\\n")) != std::string::npos;) expected.replace(at, 2, "\n");
+      cases.back().expected_error = expected;
       continue;
     }
     if (auto c = strip("// CHECK-NEXT:")) { cases.back().checks.push_back({CheckDirective::Kind::kNext, *c, line_no}); continue; }
@@ -82,6 +87,24 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     FXREMAT_ASSIGN_OR_RETURN(Partition p, DefaultPartition(*graph));
     return "// forward\n" + PrintGraph(*p.forward) + "// backward\n" + PrintGraph(*p.backward) +
            "// signature\n" + SignatureToJson(p.signature);
+  }
+  if (run.rfind("partition-mincut", 0) == 0) {
+    // "partition-mincut NAME=VALUE ..." sets min-cut options.
+    MinCutOptions options;
+    std::istringstream words(run.substr(16));
+    for (std::string item; words >> item;) {
+      auto eq = item.find('=');
+      FXREMAT_RETURN_IF_ERROR(SetMinCutOption(options, item.substr(0, eq), item.substr(eq + 1)));
+    }
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, MinCutPartition(*graph, options));
+    return "// forward\n" + PrintGraph(*p.forward) + "// backward\n" + PrintGraph(*p.backward) +
+           "// signature\n" + SignatureToJson(p.signature);
+  }
+  if (run == "cse") {
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, EliminateCommonSubexpressions(*graph));
+    const std::string after = PrintGraph(*graph);
+    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
+    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
   }
   if (run == "cleanup-recompute-tags") {
     FXREMAT_ASSIGN_OR_RETURN(bool changed, CleanupRecomputeTags(*graph, /*is_default_partition=*/true));

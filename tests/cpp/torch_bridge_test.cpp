@@ -3,6 +3,7 @@
 // built by hand, as AOTAutograd would trace them, and partitioned by hand.
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "fxremat/ir.h"
 #include "fxremat/partition.h"
+#include "fxremat/serialize.h"
 #include "fxremat/torch_bridge.h"
 
 namespace fxremat {
@@ -852,6 +854,89 @@ TEST_CASE("CompleteOpFactsFromDispatcher fills schemas and tags", "[torch_bridge
   Expected<bool> again = CompleteOpFactsFromDispatcher(*g);
   REQUIRE(again.ok());
   CHECK_FALSE(again.value());
+}
+
+TEST_CASE("CompleteOpFactsFromDispatcher fills packet tags", "[torch_bridge][op_facts]") {
+  // packet_tags: the union of the tags of every overload of the op's packet, as
+  // the Python exporter writes it (python/fxremat/_format.py packet_tag_names).
+  auto g = SinMmSumJoint();
+  Node* x = g->findNode("primals_1");
+  Call(*g, "added", "aten.add.Tensor", {N(x), N(x)}, Tensor({4, 3}));
+  Call(*g, "rsubbed", "aten.rsub.Tensor", {N(x), N(x)}, Tensor({4, 3}));
+  Call(*g, "maxed", "aten.max.dim", {N(x), I(0)}, Tuple({Tensor({3}), Tensor({3}, DType::kInt64)}));
+  Call(*g, "tv", "aten.t.default", {N(x)}, Tensor({3, 4}));
+  Node* named = Call(*g, "named", "xla.name_tensor.default", {N(x), Argument::String("x")}, Tensor({4, 3}));
+  Call(*g, "ckpt", "fxremat.checkpoint_name.default", {N(named), Argument::String("x")}, Tensor({4, 3}));
+  REQUIRE(CompleteOpFactsFromDispatcher(*g).ok());
+  const OpTable& ops = g->ops();
+  auto packet_tags = [&](const char* target) {
+    auto it = ops.find(target);
+    REQUIRE(it != ops.end());
+    return it->second.packet_tags;
+  };
+  using Tags = std::vector<std::string>;
+
+  // Verified in Python (torch 2.13.0), e.g. for aten.add.Tensor:
+  //   sorted({t.name for o in torch.ops.aten.add.overloads()
+  //           for t in getattr(torch.ops.aten.add, o).tags})
+  //   == ['core', 'generated', 'out', 'pointwise', 'pt2_compliant_tag']
+  // (aten.add.Scalar_out brings 'generated', aten.add.out 'out').
+  CHECK(packet_tags("aten.add.Tensor") == Tags{"core", "generated", "out", "pointwise", "pt2_compliant_tag"});
+  CHECK(ops.find("aten.add.Tensor")->second.packetHasTag("pointwise"));
+  // The own tags are a subset; the overload itself need not be pointwise for its
+  // packet to be (the reference's pointwise_ops() works by packet).
+  CHECK(ops.find("aten.rsub.Tensor")->second.tags == Tags{"pt2_compliant_tag"});
+  CHECK(packet_tags("aten.rsub.Tensor") == Tags{"generated", "out", "pointwise", "pt2_compliant_tag"});
+  CHECK_FALSE(ops.find("aten.rsub.Tensor")->second.hasTag("pointwise"));
+  CHECK(ops.find("aten.rsub.Tensor")->second.packetHasTag("pointwise"));
+  CHECK(packet_tags("aten.max.dim") == Tags{"core", "out", "pointwise", "pt2_compliant_tag", "reduction"});
+  CHECK(packet_tags("aten.mm.default") == Tags{"core", "out", "pt2_compliant_tag"});
+  CHECK(packet_tags("aten.sin.default") == Tags{"core", "out", "pointwise", "pt2_compliant_tag"});
+  CHECK(packet_tags("aten.t.default") == Tags{"pt2_compliant_tag"});  // a one-overload packet
+  for (const auto& [target, info] : ops) {
+    INFO(target);
+    CHECK(std::is_sorted(info.packet_tags.begin(), info.packet_tags.end()));
+    CHECK(std::adjacent_find(info.packet_tags.begin(), info.packet_tags.end()) == info.packet_tags.end());
+    for (const std::string& tag : info.tags) CHECK(info.packetHasTag(tag));
+  }
+  // The built-in annotation ops are not in this process's dispatcher: no tags.
+  CHECK(packet_tags("xla.name_tensor.default").empty());
+  CHECK(packet_tags("fxremat.checkpoint_name.default").empty());
+}
+
+TEST_CASE("Dispatcher op facts equal the Python exporter's on every testdata graph", "[torch_bridge][op_facts]") {
+  // The testdata files were written by python/fxremat/_format.py from torch's
+  // Python op objects (op.tags, and the union over op.overloadpacket's overloads
+  // for packet_tags); the bridge must derive the same facts from the dispatcher.
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(fs::path(FXREMAT_SOURCE_DIR) / "testdata"))
+    if (e.path().string().ends_with(".json.gz")) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() >= 8);
+  size_t compared = 0;
+  for (const std::string& file : files) {
+    INFO(file);
+    auto graph = LoadGraphFile(file);
+    INFO(graph.status().ToString());
+    REQUIRE(graph.ok());
+    Graph& g = **graph;
+    const OpTable from_file = g.ops();
+    g.ops().clear();
+    REQUIRE(CompleteOpFactsFromDispatcher(g).ok());
+    for (const auto& [target, written] : from_file) {
+      INFO(target);
+      if (IsAnnotationOp(target)) continue;  // xla.name_tensor: registered by Python only
+      auto it = g.ops().find(target);
+      REQUIRE(it != g.ops().end());
+      CHECK(it->second.schema_text == written.schema_text);
+      CHECK(it->second.tags == written.tags);
+      CHECK_FALSE(written.packet_tags.empty());  // a 1.1 file: written for every op
+      CHECK(it->second.packet_tags == written.packet_tags);
+      ++compared;
+    }
+  }
+  CHECK(compared > 50);
 }
 
 TEST_CASE("CompleteOpFactsFromDispatcher keeps facts a file already has", "[torch_bridge][op_facts]") {

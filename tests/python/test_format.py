@@ -303,3 +303,176 @@ def test_bad_input_corpus_is_refused(repo_root):
     for path in files:
         with pytest.raises(FormatError):
             fxremat.load(path)
+
+
+# ---- version 1.1: packet_tags and storage ids ------------------------------------------
+
+
+def _tensor_facts(doc):
+    """(node name, tensor facts) for every tensor value, tuple items included, in order."""
+    out = []
+
+    def walk(name, v):
+        if v["kind"] == "tensor":
+            out.append((name, v))
+        elif v["kind"] == "tuple":
+            for x in v["items"]:
+                walk(name, x)
+
+    for n in doc["nodes"]:
+        if "val" in n.get("meta", {}):
+            walk(n["name"], n["meta"]["val"])
+    return out
+
+
+def _strip_1_1(doc):
+    """The same document as a version 1.0 writer would have written it."""
+    doc = copy.deepcopy(doc)
+    doc["version"] = [1, 0]
+    for facts in doc.get("ops", {}).values():
+        facts.pop("packet_tags", None)
+    for _, v in _tensor_facts(doc):
+        v.pop("storage", None)
+    return doc
+
+
+def test_writer_writes_version_1_1(sin_mm_doc):
+    from fxremat import _format
+
+    assert _format.VERSION == (1, 1)
+    assert sin_mm_doc["version"] == [1, 1]
+    gm = make_fx(lambda x: (x.sin(),))(torch.randn(2))
+    assert to_json(gm)["version"] == [1, 1]
+
+
+def test_packet_tags_are_the_union_over_the_overload_packet():
+    from fxremat._format import packet_tag_names
+
+    assert packet_tag_names(torch.ops.aten.add.Tensor) == ["core", "generated", "out", "pointwise", "pt2_compliant_tag"]
+    # aten.rsub.Tensor is not pointwise itself, but its packet is (rsub.Scalar is): the
+    # reference partitioner's pointwise_ops() works by packet, so rsub is recomputable.
+    assert torch.Tag.pointwise not in torch.ops.aten.rsub.Tensor.tags
+    assert "pointwise" in packet_tag_names(torch.ops.aten.rsub.Tensor)
+    assert packet_tag_names(torch.ops.aten.t.default) == ["pt2_compliant_tag"]
+
+    from torch._functorch.partitioners import pointwise_ops
+
+    pointwise = set(pointwise_ops())
+    for name in ("add", "rsub", "max", "where", "mm", "sum", "view", "native_dropout"):
+        packet = getattr(torch.ops.aten, name)
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            assert ("pointwise" in packet_tag_names(op)) == (packet in pointwise), op
+
+
+def test_every_op_of_the_testdata_has_packet_tags():
+    from fxremat._format import resolve_target
+    from fxremat.testing import programs
+
+    for name in programs.names():
+        doc = _read_doc(testdata.path_of(name))
+        for target, facts in doc["ops"].items():
+            op = resolve_target(target)
+            want = sorted({t.name for o in op.overloadpacket.overloads()
+                           for t in getattr(op.overloadpacket, o).tags})
+            assert facts["packet_tags"] == want, (name, target)
+            assert set(facts["tags"]) <= set(facts["packet_tags"])
+            assert list(facts) == ["schema", "tags", "packet_tags"]
+
+
+def test_storage_ids_number_aliasing_storages_in_order():
+    def f(x):
+        a = x.sin()
+        parts = torch.split(a.cos(), 1)  # tuple value: one storage for both items
+        return a.view(-1), a.view(-1), parts[0], parts[1].exp()
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 3))
+    doc = to_json(gm)
+    ids = [(name, v["storage"]) for name, v in _tensor_facts(doc)]
+    assert ids == [
+        ("x_1", 0), ("sin", 1), ("cos", 2), ("split", 2), ("split", 2),
+        ("getitem", 2), ("getitem_1", 2), ("view", 1), ("view_1", 1), ("exp", 3),
+    ]
+    for _, v in _tensor_facts(doc):
+        assert list(v)[-2:] == ["requires_grad", "storage"]
+
+
+def test_loaded_tensors_alias_as_in_the_file_and_cse_agrees():
+    """fx_graph_cse (torch/_functorch/compile_utils.py) keeps nodes that alias a graph
+    output; a loaded graph must give it the same storages as the traced one."""
+    from torch._functorch.compile_utils import fx_graph_cse
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def f(x):
+        a = x.sin()
+        return a.view(-1), a.view(-1), x.cos().view(-1), x.cos().view(-1).exp()
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 3))
+    doc = to_json(gm)
+    back = from_json(copy.deepcopy(doc))
+    storages = {n.name: StorageWeakRef(n.meta["val"].untyped_storage())
+                for n in back.graph.nodes if n.op != "output"}
+    assert storages["sin"] == storages["view"] == storages["view_1"]
+    assert storages["cos"] == storages["view_2"] != storages["cos_1"]
+    assert storages["x_1"] != storages["sin"]
+    view = next(n for n in back.graph.nodes if n.name == "view")
+    assert tuple(view.meta["val"].shape) == (6,) and view.meta["val"].stride() == (1,)
+    assert to_json(back) == doc
+
+    traced = len(fx_graph_cse(gm.graph).nodes)
+    assert len(fx_graph_cse(back.graph).nodes) == traced
+    # Without the storage facts (a 1.0 file) view and view_1 would be merged.
+    assert len(fx_graph_cse(from_json(_strip_1_1(doc)).graph).nodes) == traced - 1
+
+
+def test_version_1_0_documents_still_load(sin_mm_doc, tmp_path):
+    old = _strip_1_1(sin_mm_doc)
+    gm = _load_doc(old, tmp_path)
+    new = _load_doc(sin_mm_doc, tmp_path)
+    assert gm.code == new.code
+    x, w, t = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4)
+    for a, b in zip(gm(x, w, t), new(x, w, t)):
+        if a is None:
+            assert b is None
+        else:
+            torch.testing.assert_close(a, b)
+    again = to_json(gm)  # written as 1.1, with storage ids again (one per storage now)
+    assert again["version"] == [1, 1]
+    assert all("storage" in v for _, v in _tensor_facts(again))
+    assert all("packet_tags" in f for f in again["ops"].values())
+
+
+def test_testdata_round_trips_exactly_with_storage_ids():
+    for name in ("sin_mm", "carry_x", "gpt2_2l"):
+        doc = _read_doc(testdata.path_of(name))
+        assert any(v["storage"] != w["storage"] for (_, v), (_, w) in zip(_tensor_facts(doc), _tensor_facts(doc)[1:]))
+        assert to_json(from_json(doc)) == doc, name
+
+
+def test_unrebuildable_values_keep_their_storage_ids(sin_mm_doc):
+    doc = copy.deepcopy(sin_mm_doc)
+    aliased = [n for n in doc["nodes"] if n["name"] in ("sigmoid", "detach", "detach_1")]
+    assert len({n["meta"]["val"]["storage"] for n in aliased}) == 1
+    for n in aliased:
+        n["meta"]["val"]["device"] = "hpu"  # fake tensors cannot be made for it here
+    gm = from_json(doc)
+    assert sorted(n.name for n in gm.graph.nodes if "fxremat_val" in n.meta) == ["detach", "detach_1", "sigmoid"]
+    assert to_json(gm) == doc
+
+
+@pytest.mark.parametrize("bad", ["0", 1.5, True, [0]])
+def test_malformed_storage_id(sin_mm_doc, tmp_path, bad):
+    doc = copy.deepcopy(sin_mm_doc)
+    doc["nodes"][3]["meta"]["val"]["storage"] = bad
+    with pytest.raises(FormatError, match=r"nodes\[3\].*meta\.val\.storage.*expected an integer"):
+        _load_doc(doc, tmp_path)
+
+
+def test_save_is_deterministic(tmp_path):
+    from fxremat.testing import testdata as td
+
+    jg = td.export_program("sin_mm")
+    a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    jg.save(a)
+    jg.save(b)
+    assert a.read_bytes() == b.read_bytes() == testdata.path_of("sin_mm").read_bytes()

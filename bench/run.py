@@ -1,0 +1,567 @@
+#!/usr/bin/env python3
+"""fxremat's partitioner against PyTorch's on joint graphs from 400 to 2M nodes.
+
+    .venv/bin/python bench/run.py [--build build] [--repeat 5] [--partitioner mincut]
+                                  [--only NAME ...] [--torch-limit-s 240] [--torch-budget-s 600]
+
+For every graph that bench/make_graphs.py made (bench/out/graphs/), smallest first,
+in this one process:
+  (a) ours, solver: ``fxremat_bench GRAPH --repeat N`` (a child process that loads the
+      graph once, then times the solver alone and the whole in-process partition pass
+      N times each);
+  (b) ours, whole CLI path: wall time of ``fxremat partition GRAPH -o DIR`` (process
+      start, load, partition, write forward/backward/signature), N runs;
+  (c) PyTorch: ``torch._functorch.partitioners.min_cut_rematerialization_partition``
+      called here, on the graph loaded with ``fxremat.load`` (a fresh load per run, not
+      timed: the partitioner mutates the module), N runs, with
+      static_lifetime_input_indices = the primals whose path starts with params[ or
+      buffers[ (what fxremat assumes by default). PyTorch is skipped where one run is
+      predicted to take more than --torch-limit-s (a power law fitted to the sizes
+      measured so far), and runs fewer than N times where N runs (with their loads)
+      would exceed --torch-budget-s; the report says so.
+Medians are reported. Saved bytes: ours from the signature (fxremat_bench and the CLI
+must agree), PyTorch's from its forward graph's outputs after the user outputs (a
+tensor numel * itemsize, a symint 1), the same rule.
+
+Writes docs/benchmarks.md, docs/benchmarks.png (log-log time against node count)
+and bench/out/timings.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_graphs  # noqa: E402
+
+try:
+    import fxremat  # noqa: F401
+except ImportError:  # not pip-installed (yet): use the source tree
+    sys.path.insert(0, str(REPO / "python"))
+
+# Targets from the benchmark's issue, checked in the report.
+TARGET_SOLVER_SPEEDUP = 100.0   # on graphs of >= 10k nodes
+TARGET_CLI_SPEEDUP = 20.0       # on graphs of >= 10k nodes
+TARGET_1M_SECONDS = 2.0
+LARGE = 10_000
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# measurements
+# --------------------------------------------------------------------------------------
+
+
+def run_ours_inprocess(build: Path, graph: Path, repeat: int, partitioner: str, max_flow: str | None) -> dict:
+    cmd = [str(build / "bench" / "fxremat_bench"), str(graph), "--repeat", str(repeat), "--partitioner", partitioner]
+    if max_flow:
+        cmd += ["--max-flow", max_flow]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_ours_cli(build: Path, graph: Path, repeat: int, partitioner: str, max_flow: str | None) -> dict:
+    times = []
+    saved_bytes = None
+    with tempfile.TemporaryDirectory(prefix="fxremat-bench-") as tmp:
+        for i in range(repeat):
+            out = Path(tmp) / f"run{i}"
+            cmd = [str(build / "fxremat"), "partition", str(graph), "--partitioner", partitioner, "-o", str(out)]
+            if max_flow:
+                cmd += ["--config", f"max_flow={max_flow}"]
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            t1 = time.perf_counter()
+            if r.returncode != 0:
+                raise RuntimeError(f"{shlex.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+            times.append((t1 - t0) * 1000.0)
+            sig = json.loads((out / "signature.json").read_text())
+            saved_bytes = int(sig["saved_bytes"])
+            saved_count = len(sig["saved"])
+            for f in out.iterdir():  # keep /tmp small for the 2M-node graph
+                f.unlink()
+            out.rmdir()
+    return dict(cli_ms=times, saved_bytes=saved_bytes, saved_count=saved_count, command=shlex.join(cmd))
+
+
+def _reference_saved(fw, num_fwd_outputs: int) -> tuple[int, int]:
+    import torch
+
+    outs = fw.graph.output_node().args[0][num_fwd_outputs:]
+    total = 0
+    for o in outs:
+        v = o.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            total += v.numel() * v.element_size()
+        elif isinstance(v, (torch.SymInt, int)):
+            total += 1
+        else:
+            raise RuntimeError(f"saved value {o.name} has no tensor or symint meta['val']: {v!r}")
+    return total, len(outs)
+
+
+def run_torch(graph: Path, repeat: int) -> dict:
+    import fxremat
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    times, loads = [], []
+    saved_bytes = saved_count = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        gm = fxremat.load(graph)
+        t1 = time.perf_counter()
+        facts = gm.meta["fxremat"]
+        static = [i for i, p in enumerate(facts["input_paths"]) if p and p.startswith(("params[", "buffers["))]
+        t2 = time.perf_counter()
+        fw, _bw = min_cut_rematerialization_partition(
+            gm, None, num_fwd_outputs=facts["num_fwd_outputs"], static_lifetime_input_indices=static)
+        t3 = time.perf_counter()
+        loads.append((t1 - t0) * 1000.0)
+        times.append((t3 - t2) * 1000.0)
+        sb, sc = _reference_saved(fw, facts["num_fwd_outputs"])
+        if saved_bytes is not None and (sb, sc) != (saved_bytes, saved_count):
+            raise RuntimeError(f"PyTorch's partitioner is not deterministic on {graph}: {sb} != {saved_bytes} bytes")
+        saved_bytes, saved_count = sb, sc
+        del gm, fw, _bw
+        gc.collect()
+    return dict(torch_ms=times, load_ms=loads, saved_bytes=saved_bytes, saved_count=saved_count)
+
+
+def predict_seconds(points: list[tuple[int, float, str]], nodes: int, family: str) -> tuple[float, str] | None:
+    """Seconds one run takes at ``nodes``: a power law fitted (least squares in log-log,
+    exponent at least 1) to the measured graphs of >= 1000 nodes of the same family
+    (synthetic or model) when there are two, else to all of them; linear from the
+    largest one when only one is measured. Returns (seconds, how)."""
+    same = [(n, t) for n, t, f in points if f == family and n >= 1000]
+    pts = same if len(same) >= 2 else [(n, t) for n, t, _ in points if n >= 1000] or [(n, t) for n, t, _ in points]
+    if not pts:
+        return None
+    n1, t1 = max(pts)
+    b = fit_exponent(pts) if len(pts) >= 2 else None
+    b = max(1.0, b) if b is not None else 1.0
+    # anchor the fitted slope at the largest measured graph
+    how = f"time ∝ nodes^{b:.2f} from {', '.join(f'{n:,} nodes: {t:.0f} s' for n, t in sorted(pts))}"
+    return t1 * (nodes / n1) ** b, how
+
+
+def fit_exponent(points: list[tuple[int, float]]) -> float | None:
+    """Least-squares slope of log(time) against log(nodes)."""
+    pts = [(math.log(n), math.log(t)) for n, t in points if t > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else None
+
+
+# --------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gib = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return dict(cpu=cpu, cores=os.cpu_count(), mem_gib=mem_gib, os=platform.platform(), python=platform.python_version())
+
+
+def git_describe() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+        return rev + (" (with uncommitted changes)" if dirty else "")
+    except OSError:
+        return "?"
+
+
+def build_type(build: Path) -> str:
+    try:
+        for line in (build / "CMakeCache.txt").read_text().splitlines():
+            if line.startswith("CMAKE_BUILD_TYPE:"):
+                return line.split("=", 1)[1]
+    except OSError:
+        pass
+    return "?"
+
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "–"
+    if ms >= 10_000:
+        return f"{ms / 1000:.1f} s"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    if ms >= 10:
+        return f"{ms:.0f} ms"
+    return f"{ms:.2f} ms"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "–" if x is None else (f"{x:,.0f}×" if x >= 10 else f"{x:.1f}×")
+
+
+def fmt_bytes(b: int | None) -> str:
+    if b is None:
+        return "–"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= size:
+            return f"{b / size:.1f} {unit}"
+    return f"{b} B"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.6), dpi=100)
+    series = [
+        ("PyTorch min_cut_rematerialization_partition", "torch_median_ms", "tab:red", "o"),
+        ("fxremat CLI (process start, load, partition, write)", "cli_median_ms", "tab:blue", "s"),
+        ("fxremat partition pass, in process", "partition_median_ms", "tab:cyan", "^"),
+        ("fxremat solver alone", "solver_median_ms", "tab:green", "D"),
+    ]
+    for label, key, color, marker in series:
+        # lines through the synthetic graphs; the GPT-2 / Llama graphs as open markers
+        synth = sorted((r["nodes"], r[key] / 1000.0) for r in rows if r.get(key) and r["name"].startswith("synth_"))
+        models = sorted((r["nodes"], r[key] / 1000.0) for r in rows if r.get(key) and not r["name"].startswith("synth_"))
+        if synth:
+            ax.plot([p[0] for p in synth], [p[1] for p in synth], marker=marker, color=color, label=label,
+                    linewidth=1.2, markersize=4)
+        if models:
+            ax.plot([p[0] for p in models], [p[1] for p in models], marker=marker, color=color, linestyle="none",
+                    markerfacecolor="none", markersize=6, label=None if synth else label)
+    nodes = sorted(r["nodes"] for r in rows)
+    if nodes:  # a linear-time guide through the solver's median at the largest graph
+        ref = max((r for r in rows if r.get("solver_median_ms")), key=lambda r: r["nodes"], default=None)
+        if ref:
+            k = ref["solver_median_ms"] / 1000.0 / ref["nodes"]
+            ax.plot([nodes[0], nodes[-1]], [k * nodes[0], k * nodes[-1]], color="gray", linestyle=":", linewidth=1,
+                    label="linear in node count")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes in the joint graph")
+    ax.set_ylabel("time (s), median")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7.5, loc="upper left")
+    ax.set_title("Partitioning time against graph size (lines: synthetic graphs; open markers: GPT-2, Llama)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> None:
+    L: list[str] = []
+    add = L.append
+    add("# Benchmarks")
+    add("")
+    add("fxremat's partitioner against PyTorch's `min_cut_rematerialization_partition` on joint")
+    add("forward/backward graphs from a few hundred to two million nodes. Generated by")
+    add("`bench/run.py` (do not edit by hand); reproduce with:")
+    add("")
+    add("```sh")
+    add(meta["command"])
+    add("```")
+    add("")
+    add("`make bench` builds, checks the synthetic generator (`bench/check_synth.py`), makes")
+    add("the graphs (`bench/make_graphs.py`, cached under `bench/out/`) and runs")
+    add(f"`bench/run.py`. The benchmark is not part of `make test`.")
+    add("")
+    add("## Set-up")
+    add("")
+    m = meta["machine"]
+    add(f"- Date: {meta['date']}; fxremat {meta['git']}, CMake build type {meta['build_type']}.")
+    add(f"- Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB RAM; {m['os']}; Python {m['python']};")
+    add(f"  torch {meta['torch']}, transformers {meta['transformers']}.")
+    add(f"- Load average (1 min) before / after the run: {meta['loadavg_before']:.2f} / {meta['loadavg_after']:.2f}"
+        " (other work on the machine inflates all times alike).")
+    add(f"- fxremat partitioner `{meta['partitioner']}`" +
+        (f", max-flow algorithm `{meta['max_flow']}`." if meta.get("max_flow") else "."))
+    add(f"- Every time is the median of {meta['repeat']} runs unless the table says otherwise.")
+    add("")
+    add("What is timed, per graph:")
+    add("")
+    add("- **solver**: fxremat's choice of saved values alone (`SolveMinCut`: flow network")
+    add("  build, max flow, cut), in process (`bench/fxremat_bench`), on the graph already loaded,")
+    add("  CSE'd and tag-cleaned.")
+    add("- **pass**: the whole in-process partition pass (`MinCutPartition`: CSE, tag clean-up,")
+    add("  solver, extraction of the forward and backward graphs, signature check).")
+    add("- **CLI**: wall time of `fxremat partition GRAPH -o DIR` as a child process: process")
+    add("  start, JSON(.gz) load, partition, writing `forward.json`, `backward.json`,")
+    add("  `signature.json`.")
+    add("- **PyTorch**: `min_cut_rematerialization_partition(gm, None, num_fwd_outputs=...,")
+    add("  static_lifetime_input_indices=...)` in the benchmark's Python process on the graph")
+    add("  loaded by `fxremat.load` (loaded afresh before every run, not timed). Static-lifetime")
+    add("  inputs are the primals whose path starts with `params[` or `buffers[`, as fxremat")
+    add("  assumes. Its output (the forward and backward `GraphModule`s) is comparable to the")
+    add("  **pass** column; it writes no files.")
+    add("- **saved**: bytes of the values the forward saves for the backward (a tensor")
+    add("  numel × itemsize, a symint 1 byte), counted the same way for both.")
+    add("")
+    add("Graphs: GPT-2 (width 768, 12 heads, vocab 50257) and Llama (width 1024, 16 heads, 4 KV")
+    add("heads, MLP 2816, vocab 32000) from Hugging Face transformers with 2, 12 and 48 layers,")
+    add("batch 2 × sequence 512, exported with `fxremat.export_joint`; `synth_*` are stacks of")
+    add("residual MLP blocks written by `bench/fxremat_synth` (identical to what AOTAutograd")
+    add("traces for that module, checked by `bench/check_synth.py`), width 256, MLP 1024, batch")
+    add("2 × 128.")
+    add("")
+    add("## Results")
+    add("")
+    add(f"![time against node count, log-log]({png_name})")
+    add("")
+    add("| graph | nodes | solver | pass | CLI | PyTorch | PyTorch ÷ solver | PyTorch ÷ CLI | saved, ours | saved, PyTorch | ours ÷ PyTorch |")
+    add("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        torch_cell = fmt_ms(r.get("torch_median_ms"))
+        if r.get("torch_skipped"):
+            torch_cell = "skipped¹"
+        elif r.get("torch_runs") and r["torch_runs"] < meta["repeat"]:
+            torch_cell += f" ({r['torch_runs']} runs)²"
+        ratio_bytes = (r["saved_bytes"] / r["torch_saved_bytes"]) if r.get("torch_saved_bytes") else None
+        add(f"| `{r['name']}` | {r['nodes']:,} | {fmt_ms(r['solver_median_ms'])} | {fmt_ms(r['partition_median_ms'])} "
+            f"| {fmt_ms(r['cli_median_ms'])} | {torch_cell} | {fmt_ratio(r.get('solver_speedup'))} "
+            f"| {fmt_ratio(r.get('cli_speedup'))} | {fmt_bytes(r['saved_bytes'])} | {fmt_bytes(r.get('torch_saved_bytes'))} "
+            f"| {'–' if ratio_bytes is None else f'{ratio_bytes:.4f}'} |")
+    add("")
+    skipped = [r for r in rows if r.get("torch_skipped")]
+    if skipped:
+        add("¹ PyTorch's partitioner was not run: " + "; ".join(f"`{r['name']}`: {r['torch_skipped']}" for r in skipped)
+            + f". The limit is {meta['torch_limit_s']:.0f} s for one run (`--torch-limit-s`).")
+        add("")
+    fewer = [r for r in rows if r.get("torch_runs") and r["torch_runs"] < meta["repeat"]]
+    if fewer:
+        add(f"² Fewer runs, to keep PyTorch's runs on one graph (with their `fxremat.load`) within "
+            f"{meta['torch_budget_s']:.0f} s (`--torch-budget-s`): "
+            + ", ".join(f"`{r['name']}` {r['torch_runs']}" for r in fewer) + ".")
+        add("")
+    add(f"The CLI column includes a fixed {fmt_ms(meta['cli_startup_ms'])} of process start-up (median wall time "
+        "of `fxremat --version`: the CLI links libtorch, for `verify`).")
+    add("")
+    add("Time spent outside the timed regions, for context (medians): fxremat's C++ load of the "
+        "graph file (once per `fxremat_bench` process; the CLI pays it on every run) and Python's "
+        "`fxremat.load` before each PyTorch run:")
+    add("")
+    add("| graph | C++ load | `fxremat.load` |")
+    add("|---|---:|---:|")
+    for r in rows:
+        add(f"| `{r['name']}` | {fmt_ms(r.get('load_ms'))} | {fmt_ms(r.get('torch_load_median_ms'))} |")
+    add("")
+    add("## Targets")
+    add("")
+    for line in meta["targets"]:
+        add(f"- {line}")
+    add("")
+    if meta.get("notes"):
+        add("## Notes")
+        add("")
+        for line in meta["notes"]:
+            add(f"- {line}")
+        add("")
+    add("Raw numbers (every run): `bench/out/timings.json`. Graph export times: "
+        "`bench/out/graphs/manifest.json`.")
+    add("")
+    path.write_text("\n".join(L))
+
+
+def evaluate_targets(rows: list[dict], meta: dict) -> list[str]:
+    out = []
+    big = [r for r in rows if r["nodes"] >= LARGE and r.get("torch_median_ms")]
+    if big:
+        worst = min(big, key=lambda r: r["solver_speedup"])
+        ok = worst["solver_speedup"] >= TARGET_SOLVER_SPEEDUP
+        out.append(f"Solver ≥ {TARGET_SOLVER_SPEEDUP:.0f}× faster than PyTorch on graphs ≥ {LARGE:,} nodes: "
+                   f"{'**met**' if ok else '**not met**'} (lowest {fmt_ratio(worst['solver_speedup'])}, "
+                   f"`{worst['name']}`; over {len(big)} graphs where PyTorch ran).")
+        worst = min(big, key=lambda r: r["cli_speedup"])
+        ok = worst["cli_speedup"] >= TARGET_CLI_SPEEDUP
+        out.append(f"Whole CLI path ≥ {TARGET_CLI_SPEEDUP:.0f}× faster than PyTorch on graphs ≥ {LARGE:,} nodes: "
+                   f"{'**met**' if ok else '**not met**'} (lowest {fmt_ratio(worst['cli_speedup'])}, `{worst['name']}`).")
+    else:
+        out.append(f"Speed-up targets: PyTorch ran on no graph of ≥ {LARGE:,} nodes, so they were not evaluated.")
+    cmp_rows = [r for r in rows if r.get("torch_saved_bytes") is not None]
+    worse = [r for r in cmp_rows if r["saved_bytes"] > r["torch_saved_bytes"]]
+    out.append(f"Saved bytes ≤ PyTorch's: {'**met**' if not worse else '**not met**'} on "
+               f"{len(cmp_rows) - len(worse)} of {len(cmp_rows)} graphs"
+               + (" (more on " + ", ".join(f"`{r['name']}` +{r['saved_bytes'] - r['torch_saved_bytes']:,} B" for r in worse) + ")"
+                  if worse else "")
+               + f"; equal on {sum(r['saved_bytes'] == r['torch_saved_bytes'] for r in cmp_rows)}.")
+    synth = [r for r in rows if r["name"].startswith("synth_")]
+    parts = []
+    for key, label in (("solver_median_ms", "solver"), ("partition_median_ms", "pass"), ("cli_median_ms", "CLI"),
+                       ("torch_median_ms", "PyTorch")):
+        b = fit_exponent([(r["nodes"], r[key]) for r in synth if r.get(key)])
+        if b is not None:
+            parts.append(f"{label} {b:.2f}")
+    out.append("Time ~ linear in node count: fitted exponent b of time ∝ nodes^b over the synthetic graphs "
+               "(1.00 is linear): " + ", ".join(parts) + ".")
+    one_m = [r for r in rows if 900_000 <= r["nodes"] <= 1_100_000]
+    for r in one_m:
+        cells = [(label, r[key]) for key, label in (("solver_median_ms", "solver"), ("partition_median_ms", "pass"),
+                                                    ("cli_median_ms", "whole CLI path"))]
+        out.append(f"1M-node graph (`{r['name']}`, {r['nodes']:,} nodes) in ≤ {TARGET_1M_SECONDS:.0f} s: "
+                   + ", ".join(f"{label} {fmt_ms(ms)} ({'met' if ms <= TARGET_1M_SECONDS * 1000 else 'not met'})"
+                               for label, ms in cells) + ".")
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# driver
+# --------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="CMake build directory (fxremat, bench/fxremat_bench)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per measurement (median reported; >= 5 for the report)")
+    ap.add_argument("--partitioner", default="mincut", choices=["mincut", "default"])
+    ap.add_argument("--max-flow", help="fxremat's max-flow algorithm (default: the library's)")
+    ap.add_argument("--only", nargs="*", help="graphs to run (default: every graph make_graphs.py made)")
+    ap.add_argument("--torch-limit-s", type=float, default=240.0,
+                    help="skip PyTorch where one run is predicted to take longer (default 240)")
+    ap.add_argument("--torch-budget-s", type=float, default=600.0,
+                    help="fewer PyTorch runs where N runs plus their loads would take longer (default 600)")
+    ap.add_argument("--no-torch", action="store_true", help="do not run PyTorch's partitioner")
+    ap.add_argument("--markdown", default=str(REPO / "docs" / "benchmarks.md"))
+    ap.add_argument("--plot", default=str(REPO / "docs" / "benchmarks.png"))
+    ap.add_argument("--json", default=str(REPO / "bench" / "out" / "timings.json"))
+    ns = ap.parse_args(argv)
+    build = Path(ns.build) if Path(ns.build).is_absolute() else REPO / ns.build
+
+    names = ns.only or [n for n in make_graphs.ORDER if make_graphs.path_of(n).exists()]
+    missing = [n for n in names if not make_graphs.path_of(n).exists()]
+    if missing:
+        ap.error(f"graphs not made yet: {missing}; run bench/make_graphs.py")
+    manifest = json.loads((make_graphs.OUT / "manifest.json").read_text()) if (make_graphs.OUT / "manifest.json").exists() else {}
+    graphs = sorted(((n, make_graphs.path_of(n)) for n in names),
+                    key=lambda x: manifest.get(x[0], {}).get("nodes", 0) or x[1].stat().st_size)
+
+    import torch
+    import transformers
+
+    # What every CLI run pays before it reads the graph: process start, dynamic
+    # loading (the CLI links libtorch for `verify`), static initialisation.
+    startup = []
+    for _ in range(max(5, ns.repeat)):
+        t0 = time.perf_counter()
+        subprocess.run([str(build / "fxremat"), "--version"], stdout=subprocess.DEVNULL, check=True)
+        startup.append((time.perf_counter() - t0) * 1000.0)
+    startup_ms = statistics.median(startup)
+    log(f"fxremat --version (process start-up): {fmt_ms(startup_ms)}")
+    if not ns.no_torch:  # first-call costs (lazy imports in torch._functorch, networkx) off the clock
+        run_torch(REPO / "testdata" / "simple_mlp.json.gz", 1)
+
+    loadavg_before = os.getloadavg()[0]
+    rows: list[dict] = []
+    torch_points: list[tuple[int, float, str]] = []   # (nodes, seconds per run incl. its load, family)
+    max_flow = ns.max_flow
+    notes: list[str] = []
+    for name, path in graphs:
+        log(f"== {name}")
+        ours = run_ours_inprocess(build, path, ns.repeat, ns.partitioner, ns.max_flow)
+        max_flow = ours.get("max_flow", max_flow)
+        nodes = int(ours["nodes"])
+        row = dict(name=name, nodes=nodes, load_ms=ours["load_ms"], solver_ms=ours["solver_ms"],
+                   partition_ms=ours["partition_ms"], solver_median_ms=statistics.median(ours["solver_ms"]),
+                   partition_median_ms=statistics.median(ours["partition_ms"]), saved_bytes=ours["saved_bytes"],
+                   saved_count=ours["saved_count"], bench=ours)
+        log(f"   ours: solver {fmt_ms(row['solver_median_ms'])}, pass {fmt_ms(row['partition_median_ms'])}, "
+            f"saved {ours['saved_bytes']} B")
+        cli = run_ours_cli(build, path, ns.repeat, ns.partitioner, ns.max_flow)
+        row.update(cli_ms=cli["cli_ms"], cli_median_ms=statistics.median(cli["cli_ms"]))
+        if cli["saved_bytes"] != ours["saved_bytes"]:
+            notes.append(f"`{name}`: the CLI saved {cli['saved_bytes']} B but fxremat_bench {ours['saved_bytes']} B.")
+        log(f"   CLI: {fmt_ms(row['cli_median_ms'])}")
+
+        if ns.no_torch:
+            row["torch_skipped"] = "--no-torch"
+        else:
+            family = "synth" if name.startswith("synth_") else "model"
+            prediction = predict_seconds(torch_points, nodes, family)
+            predicted = prediction[0] if prediction else None
+            runs = ns.repeat
+            if predicted is not None and predicted > ns.torch_limit_s:
+                row["torch_skipped"] = (f"one run (with its `fxremat.load`) predicted to take {predicted:,.0f} s "
+                                        f"({prediction[1]})")
+                log(f"   PyTorch: skipped ({row['torch_skipped']})")
+            else:
+                if predicted is not None and predicted * runs > ns.torch_budget_s:
+                    runs = max(1, int(ns.torch_budget_s // predicted))
+                t0 = time.perf_counter()
+                try:
+                    ref = run_torch(path, runs)
+                except Exception as e:  # report it, keep going
+                    row["torch_skipped"] = f"PyTorch's partitioner failed: {type(e).__name__}: {str(e)[:300]}"
+                    notes.append(f"`{name}`: {row['torch_skipped']}")
+                    log(f"   PyTorch: {row['torch_skipped']}")
+                    rows.append(row)
+                    continue
+                per_run = (time.perf_counter() - t0) / runs
+                torch_points.append((nodes, per_run, family))
+                row.update(torch_ms=ref["torch_ms"], torch_load_ms=ref["load_ms"], torch_runs=runs,
+                           torch_median_ms=statistics.median(ref["torch_ms"]),
+                           torch_load_median_ms=statistics.median(ref["load_ms"]),
+                           torch_saved_bytes=ref["saved_bytes"], torch_saved_count=ref["saved_count"])
+                row["solver_speedup"] = row["torch_median_ms"] / row["solver_median_ms"]
+                row["cli_speedup"] = row["torch_median_ms"] / row["cli_median_ms"]
+                row["partition_speedup"] = row["torch_median_ms"] / row["partition_median_ms"]
+                log(f"   PyTorch: {fmt_ms(row['torch_median_ms'])} ({runs} runs), saved {ref['saved_bytes']} B; "
+                    f"speed-up solver {fmt_ratio(row['solver_speedup'])}, CLI {fmt_ratio(row['cli_speedup'])}")
+        rows.append(row)
+
+    command = ".venv/bin/python bench/run.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    meta = dict(command=command.strip(), date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+                git=git_describe(), build_type=build_type(build), machine=machine(), torch=torch.__version__,
+                transformers=transformers.__version__, partitioner=ns.partitioner, max_flow=max_flow,
+                repeat=ns.repeat, torch_limit_s=ns.torch_limit_s, torch_budget_s=ns.torch_budget_s,
+                loadavg_before=loadavg_before, loadavg_after=os.getloadavg()[0], notes=notes,
+                cli_startup_ms=startup_ms)
+    meta["targets"] = evaluate_targets(rows, meta)
+
+    Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(ns.json).write_text(json.dumps(dict(meta=meta, graphs=rows, manifest=manifest), indent=1) + "\n")
+    plot(rows, Path(ns.plot))
+    write_markdown(meta, rows, Path(ns.markdown), os.path.relpath(ns.plot, Path(ns.markdown).parent))
+    log(f"wrote {ns.markdown}, {ns.plot}, {ns.json}")
+    for line in meta["targets"]:
+        log("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,596 @@
+// min_cut_partition: the saved values are a minimum cut of a flow network
+// built over the joint graph, exactly as the reference builds it
+// (torch/_functorch/partitioners.py, torch 2.13: classify_nodes,
+// solve_min_cut, min_cut_rematerialization_partition). Assumes a verified joint
+// graph with op facts (schemas, tags and packet tags) for every aten op.
+//
+// Note [Min-cut network]
+// Every node X becomes two vertices X_in and X_out joined by an edge whose
+// capacity is the cost of saving X (its bytes, scaled by distance from the
+// backward; infinite when X cannot be saved). Data edges X_out -> Y_in are
+// infinite. source -> X_in (infinite) bans recomputing X; X_in -> sink forces X
+// into the backward; X_out -> sink says X's value must be available to the
+// backward. A minimum cut then picks the cheapest set of X_in -> X_out edges
+// separating the forward's inputs from what the backward needs: the saved values.
+#include "passes/min_cut_partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <set>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "passes/cleanup_recompute_tags.h"
+#include "passes/cse.h"
+#include "passes/default_partition.h"
+#include "src/partition_internal.h"
+
+namespace fxremat {
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Op categories (the reference's get_default_op_list), by overload packet.
+// ---------------------------------------------------------------------------
+
+std::string_view Packet(const Node& n) {
+  std::string_view t = n.target();
+  if (t.rfind("_operator.", 0) == 0 || t.rfind("math.", 0) == 0 || t.rfind("builtins.", 0) == 0 ||
+      t.rfind("torch.", 0) == 0)
+    return t;
+  size_t last_dot = t.rfind('.');
+  return last_dot == std::string_view::npos ? t : t.substr(0, last_dot);
+}
+
+bool IsPythonCallable(std::string_view t) {
+  return t.rfind("_operator.", 0) == 0 || t.rfind("math.", 0) == 0 || t.rfind("builtins.", 0) == 0 ||
+         t.rfind("torch.", 0) == 0;
+}
+
+const std::unordered_set<std::string_view>& RecomputableList() {
+  static const std::unordered_set<std::string_view> kList = {
+      "aten.add", "aten.sub", "aten.div", "aten.atan2", "aten.mul", "aten.max", "aten.min", "aten.pow",
+      "aten.remainder", "aten.fmod", "aten.__and__", "aten.__or__", "aten.__xor__", "aten.__lshift__",
+      "aten.__rshift__", "aten.eq", "aten.ne", "aten.ge", "aten.gt", "aten.le", "aten.lt", "aten.abs",
+      "aten.bitwise_not", "aten.ceil", "aten.floor", "aten.frac", "aten.neg", "aten.relu", "aten.round",
+      "aten.silu", "aten.trunc", "aten.log", "aten.log10", "aten.log1p", "aten.log2", "aten.lgamma",
+      "aten.exp", "aten.expm1", "aten.erf", "aten.erfc", "aten.cos", "aten.acos", "aten.cosh", "aten.sin",
+      "aten.asin", "aten.sinh", "aten.tan", "aten.atan", "aten.tanh", "aten.atanh", "aten.sqrt",
+      "aten.rsqrt", "aten.reciprocal", "aten.sigmoid", "aten.softplus", "aten.threshold",
+      "aten.threshold_backward", "aten.clamp", "aten.where", "aten.lerp", "aten.addcmul", "aten.gelu",
+      "aten.gelu_backward", "aten.sum", "aten.mean", "aten._grad_sum_to_size", "aten.sum_to_size",
+      "aten.amax", "aten.to", "aten.type_as", "_operator.getitem", "aten.squeeze", "aten.unsqueeze",
+      "aten.rsub", "aten._to_copy",
+      // recomputable view ops
+      "aten.alias", "aten.view", "aten.slice", "aten.t", "prims.broadcast_in_dim", "aten.expand",
+      "aten.as_strided", "aten.permute", "aten.select", "aten.split",
+      // second list
+      "prims.div", "prims.convert_element_type", "prims.prepare_softmax_online", "aten.clone",
+      "aten.full_like", "prims.var", "prims.sum", "aten.var", "aten.std", "aten._unsafe_view",
+      "aten.reshape", "aten.broadcast_tensors", "aten.scalar_tensor", "aten.ones", "aten.new_zeros",
+      "aten.lift_fresh_copy", "aten.arange", "aten.triu", "aten.var_mean", "aten.isinf", "aten.any",
+      "aten.full", "aten.zeros", "aten.empty", "aten.empty_like", "aten.argmax", "aten.maximum",
+      "prims.iota", "prims._low_memory_max_pool_offsets_to_indices", "aten.index", "aten.gather",
+      "aten.zeros_like"};
+  return kList;
+}
+
+bool IsViewPacket(std::string_view p) {
+  static const std::unordered_set<std::string_view> kViews = {
+      "aten.squeeze", "aten.unsqueeze", "aten.alias", "aten.view", "aten.slice", "aten.t",
+      "prims.broadcast_in_dim", "aten.expand", "aten.as_strided", "aten.permute", "aten.select", "aten.split"};
+  return kViews.count(p) > 0;
+}
+
+bool IsRandomPacket(std::string_view p) {
+  return p == "aten.native_dropout" || p == "aten.rand_like" || p == "aten.randn_like";
+}
+
+bool IsComputeIntensivePacket(std::string_view p) {
+  static const std::unordered_set<std::string_view> kList = {
+      "aten.mm", "aten.convolution", "aten.convolution_backward", "aten.bmm", "aten.addmm",
+      "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
+      "aten._flash_attention_forward", "aten._efficient_attention_forward", "aten.upsample_bilinear2d",
+      "aten._scaled_mm"};
+  return kList.count(p) > 0;
+}
+
+// Per-node op categories, computed once.
+struct OpCategory {
+  bool recomputable = false;
+  bool fusible = false;  // recomputable or random
+  bool random = false;
+  bool compute_intensive = false;
+  bool view = false;
+  bool cat = false;
+};
+
+OpCategory Categorize(const Node& n) {
+  OpCategory c;
+  if (!n.isCallFunction()) return c;
+  std::string_view p = Packet(n);
+  const OpInfo* info = n.opInfo();
+  // Python callables in aten graphs are SymInt arithmetic (the reference's
+  // magic methods) and getitem: all recomputable.
+  c.recomputable = IsPythonCallable(n.target()) || RecomputableList().count(p) ||
+                   (info && info->packetHasTag("pointwise"));
+  c.random = IsRandomPacket(p);
+  c.fusible = c.recomputable || c.random;
+  c.compute_intensive = IsComputeIntensivePacket(p);
+  c.view = IsViewPacket(p);
+  c.cat = p == "aten.cat";
+  return c;
+}
+
+bool MustRecompute(const Node& n) {
+  return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
+}
+
+// The reference's _size_of (Note [Size of a value] in partition.h).
+int64_t SizeOf(const Node& n) {
+  if (n.val().is_sym()) return 1;
+  return n.val().nbytes();
+}
+
+// Why an infinite edge exists, for the infeasible-cut explanation.
+enum class EdgeReason : uint8_t {
+  kNone, kCannotRecompute, kCannotSave, kDataDependency, kAvailableForBackward, kComputedInBackward, kMustRecompute,
+};
+
+class NetworkBuilder {
+ public:
+  NetworkBuilder(const Graph& joint, const JointClassification& c, const MinCutOptions& options)
+      : joint_(joint), c_(c), options_(options), n_(joint.size()), network_(static_cast<int32_t>(2 * n_ + 2)) {}
+
+  Expected<MinCutSolution> Solve();
+
+ private:
+  int32_t In(const Node& n) const { return static_cast<int32_t>(2 * n.index()); }
+  int32_t Out(const Node& n) const { return static_cast<int32_t>(2 * n.index() + 1); }
+  int32_t Source() const { return static_cast<int32_t>(2 * n_); }
+  int32_t Sink() const { return static_cast<int32_t>(2 * n_ + 1); }
+  bool RequiredFw(const Node& n) const { return c_.required_by_forward[n.index()] && !n.isOutput(); }
+  int64_t FwOrder(const Node& n) const { return fw_order_[n.index()]; }
+  void ComputeNodeFacts();
+  void AddNodeEdges(const Node& node);
+  void BanUsedFarApart();
+  void BanLongFusibleChains();
+
+  void AddEdge(int32_t from, int32_t to, int64_t capacity, EdgeReason reason, std::string detail = {}) {
+    network_.addEdge(from, to, capacity);
+    reasons_.push_back(reason);
+    if (!detail.empty()) details_.emplace(static_cast<int32_t>(reasons_.size() - 1), std::move(detail));
+  }
+  bool IsFusible(const Node& a, const Node& b) const {
+    if (cat_[b.index()].cat) return true;
+    return cat_[a.index()].fusible && cat_[b.index()].fusible;
+  }
+  bool IsMaterializedBackwards(const Node& node) const;
+  const char* ShouldBanRecomputation(const Node& node) const;
+  bool IsMaterialized(const Node& node) const;
+  bool BanRecomputationIfAllowed(const Node& node, const std::string& reason);
+  int64_t FindFirstUnfusible(const std::vector<Node*>& start_nodes, int64_t max_range) const;
+  Status ExplainInfinitePath(const std::vector<int32_t>& path) const;
+  std::string VertexName(int32_t v) const;
+
+  const Graph& joint_;
+  const JointClassification& c_;
+  const MinCutOptions& options_;
+  size_t n_;
+  FlowNetwork network_;
+  std::vector<EdgeReason> reasons_;
+  std::map<int32_t, std::string> details_;
+  std::vector<OpCategory> cat_;
+  std::vector<int64_t> dist_from_bw_, fw_order_;
+  std::vector<bool> banned_, required_bw_, static_lifetime_;
+  std::vector<Node*> banned_order_;
+  std::vector<const Node*> order_to_node_;  // required-forward nodes by fw order
+  // Effective heuristics (aggressive_recomputation turns most off).
+  bool ban_used_far_apart_ = true, ban_long_chains_ = true, ban_materialized_ = true, ban_not_in_allowlist_ = true;
+};
+
+bool NetworkBuilder::IsMaterializedBackwards(const Node& node) const {
+  if (cat_[node.index()].view) return false;
+  std::vector<const Node*> cur_nodes{&node};
+  while (!cur_nodes.empty()) {
+    const Node* cur = cur_nodes.back();
+    cur_nodes.pop_back();
+    for (const Node* user : cur->users()) {
+      if (!RequiredFw(*user) && !IsFusible(*cur, *user)) return true;
+      if (cat_[user->index()].view) cur_nodes.push_back(user);
+    }
+  }
+  return false;
+}
+
+const char* NetworkBuilder::ShouldBanRecomputation(const Node& node) const {
+  if (!node.isCallFunction() || node.isGetItem()) return nullptr;
+  if (node.meta().recompute == "MUST_SAVE") return "marked MUST_SAVE";
+  const OpCategory& c = cat_[node.index()];
+  if (options_.recompute_views && c.view) return nullptr;
+  if (node.target() == "aten.lift_fresh_copy.default" || node.target() == "aten.lift_fresh.default") return nullptr;
+  if (ban_not_in_allowlist_) {
+    if (!c.recomputable) return "not in recomputable allowlist";
+  } else {
+    if (c.random) return "random op";
+    if (c.compute_intensive) return "compute intensive op";
+  }
+  if (ban_materialized_ && IsMaterializedBackwards(node)) return "materialized in backward";
+  const int64_t dist = dist_from_bw_[node.index()];
+  if (dist < 1000 && dist > options_.max_dist_from_bw) return "too far from backward";
+  if (options_.ban_recompute_reductions) {
+    int64_t input_size = 0;
+    for (const Argument& a : node.args())
+      if (a.is_node()) input_size += SizeOf(*a.node);
+    if (SizeOf(node) * 4 < input_size) return "reduction op";
+  }
+  return nullptr;
+}
+
+bool NetworkBuilder::IsMaterialized(const Node& node) const {
+  if (node.isPlaceholder()) return true;
+  for (const Node* user : node.users())
+    if (!IsFusible(node, *user)) return true;
+  return false;
+}
+
+bool NetworkBuilder::BanRecomputationIfAllowed(const Node& node, const std::string& reason) {
+  if (cat_[node.index()].view) return false;
+  if (MustRecompute(node)) return false;
+  if (node.val().kind == ValueFacts::Kind::kSymFloat) return false;
+  if (banned_[node.index()]) return true;  // one source edge per node
+  banned_[node.index()] = true;
+  banned_order_.push_back(const_cast<Node*>(&node));
+  AddEdge(Source(), In(node), kInfiniteCapacity, EdgeReason::kCannotRecompute,
+          reason.empty() ? "cannot recompute" : "cannot recompute: " + reason);
+  return true;
+}
+
+// Position of the first unfusible use in the chain of forward users starting at
+// `start_nodes`, or max_range. The reference keeps a heap of (order, node,
+// is_fusible) tuples; on equal order (the same node) the unfusible entry pops
+// first, which the (order, fusible) pair ordering reproduces.
+int64_t NetworkBuilder::FindFirstUnfusible(const std::vector<Node*>& start_nodes, int64_t max_range) const {
+  using Entry = std::pair<int64_t, bool>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  std::set<Entry> in_heap;  // the reference skips pushing a tuple already in the heap
+  auto push = [&](const Node& n, bool fusible) {
+    Entry e{FwOrder(n), fusible};
+    if (in_heap.insert(e).second) heap.push(e);
+  };
+  for (const Node* n : start_nodes) push(*n, true);
+  while (!heap.empty()) {
+    Entry top = heap.top();
+    heap.pop();
+    in_heap.erase(top);
+    if (!top.second) return top.first;
+    const Node& node = *order_to_node_[static_cast<size_t>(top.first)];
+    for (const Node* user : node.users()) {
+      if (!RequiredFw(*user) || FwOrder(*user) > max_range) continue;
+      push(*user, IsFusible(node, *user));
+    }
+  }
+  return max_range;
+}
+
+void NetworkBuilder::ComputeNodeFacts() {
+  cat_.resize(n_);
+  for (const auto& up : joint_.nodes()) cat_[up->index()] = Categorize(*up);
+  required_bw_ = c_.in_tangents_closure;
+  for (Node* o : c_.backward_outputs)
+    if (o && !o->isOutput()) required_bw_[o->index()] = true;
+  fw_order_.assign(n_, -1);
+  for (const auto& up : joint_.nodes()) {
+    if (!RequiredFw(*up)) continue;
+    fw_order_[up->index()] = static_cast<int64_t>(order_to_node_.size());
+    order_to_node_.push_back(up.get());
+  }
+  // Distance (in ops) to the nearest use outside the forward, in reverse order.
+  constexpr int64_t kFar = 1000000000;
+  dist_from_bw_.assign(n_, kFar);
+  for (size_t i = n_; i-- > 0;) {
+    const Node& node = *joint_.nodes()[i];
+    if (node.isOutput()) { dist_from_bw_[i] = kFar; continue; }
+    if (!RequiredFw(node)) { dist_from_bw_[i] = 0; continue; }
+    int64_t d = kFar;
+    for (const Node* user : node.users()) d = std::min(d, dist_from_bw_[user->index()] + 1);
+    dist_from_bw_[i] = d;
+  }
+  static_lifetime_.assign(n_, false);
+  if (options_.static_lifetime_input_indices) {
+    for (int64_t k : *options_.static_lifetime_input_indices)
+      if (k >= 0 && static_cast<size_t>(k) < c_.primals.size()) static_lifetime_[c_.primals[static_cast<size_t>(k)]->index()] = true;
+  } else {
+    for (Node* p : c_.primals)
+      if (p->path().rfind("params[", 0) == 0 || p->path().rfind("buffers[", 0) == 0) static_lifetime_[p->index()] = true;
+  }
+  banned_.assign(n_, false);
+  ban_used_far_apart_ = options_.ban_recompute_used_far_apart && !options_.aggressive_recomputation;
+  ban_long_chains_ = options_.ban_recompute_long_fusible_chains && !options_.aggressive_recomputation;
+  ban_materialized_ = options_.ban_recompute_materialized_backward && !options_.aggressive_recomputation;
+  ban_not_in_allowlist_ = options_.ban_recompute_not_in_allowlist && !options_.aggressive_recomputation;
+}
+
+void NetworkBuilder::AddNodeEdges(const Node& node) {
+  const size_t i = node.index();
+  if (required_bw_[i]) {
+    // See the reference's Note [tangents_closure vs required_bw_nodes].
+    if (!c_.in_tangents_closure[i]) {
+      AddEdge(Out(node), Sink(), kInfiniteCapacity, EdgeReason::kAvailableForBackward);
+    } else {
+      AddEdge(In(node), Sink(), kInfiniteCapacity, EdgeReason::kComputedInBackward);
+      return;
+    }
+  }
+  if (MustRecompute(node)) {
+    AddEdge(In(node), Sink(), kInfiniteCapacity, EdgeReason::kMustRecompute);
+    return;
+  }
+  if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input");
+  else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed");
+  if (RequiredFw(node))
+    if (const char* reason = ShouldBanRecomputation(node)) BanRecomputationIfAllowed(node, reason);
+
+  int64_t weight = 0;
+  std::string cannot_save;
+  const ValueFacts& val = node.val();
+  if (val.is_sym()) {
+    weight = val.kind == ValueFacts::Kind::kSymFloat ? 4 : 1;
+  } else if (!val.is_tensor()) {
+    cannot_save = "non-tensor output";
+  } else if (options_.treat_parameters_as_free_to_save && static_lifetime_[i]) {
+    weight = 0;
+  } else if (options_.recompute_views && cat_[i].view) {
+    cannot_save = "view op (recompute_views=True)";
+  } else {
+    // Bias towards saving values close to the backward (the reference's guess).
+    const int64_t exponent = std::max<int64_t>(std::min<int64_t>(dist_from_bw_[i], 100), 1);
+    weight = static_cast<int64_t>(static_cast<double>(SizeOf(node)) * std::pow(1.1, static_cast<double>(exponent)));
+    if (!IsMaterialized(node)) weight *= 2;
+  }
+  if (!cannot_save.empty()) AddEdge(In(node), Out(node), kInfiniteCapacity, EdgeReason::kCannotSave, "cannot save: " + cannot_save);
+  else AddEdge(In(node), Out(node), weight, EdgeReason::kNone);
+  for (const Node* user : node.users())
+    if (!user->isOutput())  // the output node's vertex is a dead end
+      AddEdge(Out(node), In(*user), kInfiniteCapacity, EdgeReason::kDataDependency);
+}
+
+// A fusible use of a value that comes after the first unfusible use of it is
+// unlikely to fuse with the earlier uses if recomputed: ban recomputing it.
+void NetworkBuilder::BanUsedFarApart() {
+  for (const Node* used : order_to_node_) {
+    std::vector<Node*> fw_users;
+    int64_t max_order = -1;
+    for (Node* user : used->users()) {
+      if (!RequiredFw(*user)) continue;
+      fw_users.push_back(user);
+      max_order = std::max(max_order, FwOrder(*user));
+    }
+    if (fw_users.empty()) continue;
+    const int64_t first_unfusible_use = FindFirstUnfusible(fw_users, max_order);
+    for (Node* user : used->users()) {
+      if (RequiredFw(*user) && FwOrder(*user) > first_unfusible_use && IsFusible(*used, *user)) {
+        if (banned_[user->index()]) continue;
+        BanRecomputationIfAllowed(*user, fmt::format("a fusible use of '{}' after its first unfusible use "
+                                                     "(ban_recompute_used_far_apart)", used->name()));
+      }
+    }
+  }
+}
+
+// A chain of more than 100 fusible forward ops (residual streams) is cut by
+// banning recomputation at its end.
+void NetworkBuilder::BanLongFusibleChains() {
+  std::vector<bool> visited(n_, false);
+  using Entry = std::pair<int64_t, const Node*>;
+  auto cmp = [](const Entry& a, const Entry& b) { return a.first > b.first; };
+  for (const Node* start : order_to_node_) {
+    std::priority_queue<Entry, std::vector<Entry>, decltype(cmp)> fusible(cmp);
+    const int64_t start_order = FwOrder(*start);
+    fusible.push({start_order, start});
+    while (!fusible.empty()) {
+      const Node* cur = fusible.top().second;
+      fusible.pop();
+      if (visited[cur->index()]) continue;
+      visited[cur->index()] = true;
+      if (FwOrder(*cur) > start_order + 100 && fusible.empty()) {
+        BanRecomputationIfAllowed(*cur, fmt::format("ends a fusible chain of over 100 ops from '{}' "
+                                                    "(ban_recompute_long_fusible_chains)", start->name()));
+        break;
+      }
+      for (const Node* user : cur->users())
+        if (RequiredFw(*user) && IsFusible(*cur, *user) && !banned_[user->index()])
+          fusible.push({FwOrder(*user), user});
+    }
+  }
+}
+
+std::string NetworkBuilder::VertexName(int32_t v) const {
+  if (v == Source()) return "source";
+  if (v == Sink()) return "sink";
+  const Node& node = *joint_.nodes()[static_cast<size_t>(v / 2)];
+  return node.name() + (v % 2 == 0 ? "_in" : "_out");
+}
+
+Status NetworkBuilder::ExplainInfinitePath(const std::vector<int32_t>& path) const {
+  std::string lines;
+  std::string raw = "source";
+  for (int32_t e : path) {
+    const int32_t from = network_.from(e), to = network_.to(e);
+    raw += " -> " + VertexName(to);
+    const Node& node = *joint_.nodes()[static_cast<size_t>((to == Sink() ? from : to) / 2)];
+    std::string reason;
+    auto it = details_.find(e);
+    switch (reasons_[static_cast<size_t>(e)]) {
+      case EdgeReason::kCannotRecompute:
+      case EdgeReason::kCannotSave: reason = it != details_.end() ? it->second : "?"; break;
+      case EdgeReason::kDataDependency:
+        reason = fmt::format("depends on '{}'", joint_.nodes()[static_cast<size_t>(from / 2)]->name());
+        break;
+      case EdgeReason::kAvailableForBackward:
+        reason = "must be available for backward: input required for gradient";
+        break;
+      case EdgeReason::kComputedInBackward: {
+        // Name the tangent (or backward-only value) that forces it there.
+        const Node* cause = &node;
+        while (cause->role() != PlaceholderRole::kTangent && !MustBeInBackward(*cause)) {
+          const Node* next = nullptr;
+          for (const Node* input : cause->inputs())
+            if (c_.in_tangents_closure[input->index()]) { next = input; break; }
+          if (!next) break;
+          cause = next;
+        }
+        reason = cause == &node ? "must be computed in backward: required for gradient"
+                                : fmt::format("must be computed in backward: depends on {}", cause->name());
+        break;
+      }
+      case EdgeReason::kMustRecompute: reason = "must recompute: marked by checkpoint policy"; break;
+      case EdgeReason::kNone: reason = "?"; break;
+    }
+    lines += fmt::format("\n  {}: {}", node.name(), reason);
+  }
+  return Status::BadInput(
+      fmt::format("infeasible partition: the minimum cut is infinite. A value the backward needs can be "
+                  "neither saved nor recomputed. The infinite path from source to sink:{}\n  [path] {}",
+                  lines, raw),
+      fmt::format("node '{}'", joint_.nodes()[static_cast<size_t>(network_.to(path.front()) / 2)]->name()));
+}
+
+Expected<MinCutSolution> NetworkBuilder::Solve() {
+  ComputeNodeFacts();
+  for (const auto& up : joint_.nodes())
+    if (!up->isOutput()) AddNodeEdges(*up);
+  if (ban_used_far_apart_) BanUsedFarApart();
+  if (ban_long_chains_) BanLongFusibleChains();
+
+  MinCutSolution solution;
+  solution.network_nodes = network_.numVertices();
+  solution.network_edges = network_.numEdges();
+  solution.banned_nodes = banned_order_;
+  std::vector<int32_t> infinite_path = FindInfinitePath(network_, Source(), Sink());
+  if (!infinite_path.empty()) return ExplainInfinitePath(infinite_path);
+  FXREMAT_ASSIGN_OR_RETURN(MinCut cut, fxremat::SolveMinCut(network_, Source(), Sink(), options_.max_flow));
+  solution.cut_value = cut.value;
+  std::vector<bool> saved(n_, false);
+  for (int32_t e = 0; e < network_.numEdges(); ++e) {
+    const int32_t from = network_.from(e), to = network_.to(e);
+    if (!cut.source_side[static_cast<size_t>(from)] || cut.source_side[static_cast<size_t>(to)]) continue;
+    if (from % 2 != 0 || to != from + 1 || from == Source())
+      return Status::Internal(fmt::format("cut edge {} -> {} is not a node's save edge", VertexName(from), VertexName(to)));
+    saved[static_cast<size_t>(from / 2)] = true;
+  }
+  for (const auto& up : joint_.nodes())
+    if (saved[up->index()]) solution.saved_values.push_back(up.get());
+  return solution;
+}
+
+}  // namespace
+
+Status SetMinCutOption(MinCutOptions& options, const std::string& name, const std::string& value) {
+  auto as_bool = [&](bool& out) -> Status {
+    if (value == "true" || value == "True" || value == "1") { out = true; return Status::Ok(); }
+    if (value == "false" || value == "False" || value == "0") { out = false; return Status::Ok(); }
+    return Status::BadInput(fmt::format("option {} takes true or false, not '{}'", name, value));
+  };
+  if (name == "recompute_views") return as_bool(options.recompute_views);
+  if (name == "aggressive_recomputation") return as_bool(options.aggressive_recomputation);
+  if (name == "ban_recompute_used_far_apart") return as_bool(options.ban_recompute_used_far_apart);
+  if (name == "ban_recompute_long_fusible_chains") return as_bool(options.ban_recompute_long_fusible_chains);
+  if (name == "ban_recompute_materialized_backward") return as_bool(options.ban_recompute_materialized_backward);
+  if (name == "ban_recompute_not_in_allowlist") return as_bool(options.ban_recompute_not_in_allowlist);
+  if (name == "ban_recompute_reductions") return as_bool(options.ban_recompute_reductions);
+  if (name == "treat_parameters_as_free_to_save") return as_bool(options.treat_parameters_as_free_to_save);
+  if (name == "cse") return as_bool(options.cse);
+  if (name == "max_dist_from_bw" || name == "activation_memory_budget") {
+    char* end = nullptr;
+    double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0') return Status::BadInput(fmt::format("option {} takes a number, not '{}'", name, value));
+    if (name == "max_dist_from_bw") options.max_dist_from_bw = static_cast<int64_t>(v);
+    else if (v != 0.0 && v != 1.0)
+      return Status::BadInput(fmt::format("activation_memory_budget={} is not supported yet: only 1.0 (the minimum "
+                                          "cut) and 0.0 (save only the inputs)", value));
+    else options.activation_memory_budget = v;
+    return Status::Ok();
+  }
+  if (name == "static_lifetime_input_indices") {
+    std::vector<int64_t> indices;
+    size_t start = 0;
+    while (start < value.size()) {
+      size_t comma = value.find(',', start);
+      std::string item = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      char* end = nullptr;
+      long long v = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0') return Status::BadInput(fmt::format("option {}: '{}' is not an index", name, item));
+      indices.push_back(v);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    options.static_lifetime_input_indices = indices;
+    return Status::Ok();
+  }
+  if (name == "max_flow") {
+    if (!MaxFlowAlgorithmFromName(value, options.max_flow))
+      return Status::BadInput(fmt::format("unknown max_flow '{}' (boykov_kolmogorov or push_relabel)", value));
+    return Status::Ok();
+  }
+  return Status::BadInput(fmt::format("unknown min-cut option '{}'", name));
+}
+
+Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& options) {
+  FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
+  if (options.activation_memory_budget == 0.0) {
+    MinCutSolution s;
+    s.saved_values = c.primals;
+    s.saved_values.insert(s.saved_values.end(), c.fwd_rng.begin(), c.fwd_rng.end());
+    return s;
+  }
+  NetworkBuilder builder(joint, c, options);
+  return builder.Solve();
+}
+
+Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& options) {
+  // The reference mutates the joint graph (CSE, tags); fxremat works on a copy.
+  std::unique_ptr<Graph> g = CloneGraph(joint);
+  bool has_recomputable = false;
+  for (const auto& up : g->nodes()) {
+    if (!MustRecompute(*up)) continue;
+    has_recomputable = true;
+    const OpInfo* info = up->opInfo();
+    if (info && info->hasTag("nondeterministic_seeded"))
+      return Status::BadInput(
+          fmt::format("the random op {} is marked {}: recomputing it in the backward would draw different random "
+                      "numbers, and RNG functionalization is not supported yet",
+                      up->target(), up->meta().recompute),
+          fmt::format("node '{}'", up->name()));
+  }
+  if (options.cse) FXREMAT_RETURN_IF_ERROR(EliminateCommonSubexpressions(*g).status());
+  if (has_recomputable) FXREMAT_RETURN_IF_ERROR(CleanupRecomputeTags(*g, /*is_default_partition=*/false).status());
+  // Collectives are saved, never recomputed (unless a checkpoint region says so).
+  for (const auto& up : g->nodes())
+    if (up->isCallFunction() && up->target().rfind("_c10d_functional.", 0) == 0 && !MustRecompute(*up))
+      up->meta().recompute = "MUST_SAVE";
+  FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(*g));
+  bool any_required_bw = false;
+  for (size_t i = 0; i < g->size() && !any_required_bw; ++i) any_required_bw = c.in_tangents_closure[i];
+  for (Node* o : c.backward_outputs) any_required_bw = any_required_bw || o != nullptr;
+  if (!any_required_bw) {
+    // Nothing depends on a tangent: as the reference, hand over to the default partition.
+    FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(*g));
+    return ExtractPartition(*g, saved, "mincut");
+  }
+  FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(*g, options));
+  // Assert-only SymBools are not needed by the backward.
+  std::vector<Node*> saved;
+  for (Node* n : solution.saved_values) {
+    bool assert_only = n->val().kind == ValueFacts::Kind::kSymBool && !n->users().empty() &&
+                       std::all_of(n->users().begin(), n->users().end(),
+                                   [](Node* u) { return u->target() == "aten._assert_scalar.default"; });
+    if (!assert_only) saved.push_back(n);
+  }
+  return ExtractPartition(*g, saved, "mincut");
+}
+
+}  // namespace fxremat
