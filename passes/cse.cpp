@@ -57,48 +57,79 @@ bool AppendKey(const Argument& a, std::string& key) {
   return false;
 }
 
-}  // namespace
-
-Expected<bool> EliminateCommonSubexpressions(Graph& graph) {
+// Pairs (duplicate, representative) in graph order. Keys name the
+// representative of each argument, so chains of duplicates collapse in one pass.
+std::vector<std::pair<Node*, Node*>> FindDuplicates(const Graph& graph) {
   // Storages that graph outputs live in: nodes aliasing them are never merged.
   std::unordered_set<int64_t> output_storages;
   for (Node* o : graph.outputValues())
     if (o && o->val().is_tensor() && o->val().tensor.storage >= 0) output_storages.insert(o->val().tensor.storage);
-
   std::unordered_map<std::string, Node*> seen;  // key -> first node (representative)
-  std::vector<Node*> duplicates;
+  std::unordered_map<const Node*, Node*> representative;
+  std::vector<std::pair<Node*, Node*>> duplicates;
   int64_t region = 0;
-  bool changed = false;
-  // Iterate over a snapshot: merging erases nodes.
-  std::vector<Node*> order;
-  for (const auto& up : graph.nodes()) order.push_back(up.get());
-  for (Node* n : order) {
+  std::string key;
+  for (const auto& up : graph.nodes()) {
+    Node* n = up.get();
     if (IsMutationOp(*n)) ++region;
     if (!n->isCallFunction() || IsRandomPacket(n->target()) || n->target().rfind("aten.empty.", 0) == 0) continue;
     if (n->val().is_tensor() && output_storages.count(n->val().tensor.storage)) continue;
-    std::string key = fmt::format("{}#{}(", region, n->target());
+    key = fmt::format("{}#{}(", region, n->target());
     bool hashable = true;
-    for (const Argument& a : n->args()) {
-      hashable = hashable && AppendKey(a, key);
+    auto append = [&](const Argument& a) {
+      // Substitute merged nodes by their representative.
+      if (a.kind == Argument::Kind::kNode) {
+        auto it = representative.find(a.node);
+        Argument mapped = a;
+        if (it != representative.end()) mapped.node = it->second;
+        hashable = hashable && AppendKey(mapped, key);
+      } else if (a.kind == Argument::Kind::kList) {
+        key += "[";
+        for (const Argument& item : a.list) {
+          Argument mapped = item;
+          if (item.kind == Argument::Kind::kNode)
+            if (auto it = representative.find(item.node); it != representative.end()) mapped.node = it->second;
+          hashable = hashable && AppendKey(mapped, key);
+          key += ",";
+        }
+        key += "]";
+      } else {
+        hashable = hashable && AppendKey(a, key);
+      }
       key += ",";
-    }
+    };
+    for (const Argument& a : n->args()) append(a);
     key += ")";
     for (const auto& [k, v] : n->kwargs()) {
       key += k + "=";
-      hashable = hashable && AppendKey(v, key);
-      key += ",";
+      append(v);
     }
     if (!hashable) continue;
-    auto [it, inserted] = seen.emplace(std::move(key), n);
+    auto [it, inserted] = seen.emplace(key, n);
     if (inserted) continue;
-    // A later duplicate: its users read the representative instead. Keys use
-    // representatives' names, so chains of duplicates collapse in one pass.
-    graph.replaceAllUsesWith(n, it->second);
-    duplicates.push_back(n);
-    changed = true;
+    representative.emplace(n, it->second);
+    duplicates.emplace_back(n, it->second);
   }
-  graph.eraseNodes(duplicates);
-  return changed;
+  return duplicates;
+}
+
+}  // namespace
+
+std::vector<Node*> FindCommonSubexpressions(const Graph& graph) {
+  std::vector<Node*> result;
+  for (const auto& [duplicate, keep] : FindDuplicates(graph)) result.push_back(duplicate);
+  return result;
+}
+
+Expected<bool> EliminateCommonSubexpressions(Graph& graph) {
+  std::vector<std::pair<Node*, Node*>> duplicates = FindDuplicates(graph);
+  std::vector<Node*> doomed;
+  for (const auto& [duplicate, keep] : duplicates) {
+    graph.replaceAllUsesWith(duplicate, keep);
+    doomed.push_back(duplicate);
+  }
+  graph.eraseNodes(doomed);
+  return !duplicates.empty();
 }
 
 }  // namespace fxremat

@@ -17,4 +17,8 @@ namespace fxremat {
 // metadata. Returns whether anything was merged.
 Expected<bool> EliminateCommonSubexpressions(Graph& graph);
 
+// The nodes EliminateCommonSubexpressions would remove, without changing the
+// graph (so callers can skip copying a graph that has none).
+std::vector<Node*> FindCommonSubexpressions(const Graph& graph);
+
 }  // namespace fxremat

@@ -533,7 +533,7 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
   }
   if (name == "max_flow") {
     if (!MaxFlowAlgorithmFromName(value, options.max_flow))
-      return Status::BadInput(fmt::format("unknown max_flow '{}' (boykov_kolmogorov or push_relabel)", value));
+      return Status::BadInput(fmt::format("unknown max_flow '{}' (dinic, boykov_kolmogorov or push_relabel)", value));
     return Status::Ok();
   }
   return Status::BadInput(fmt::format("unknown min-cut option '{}'", name));
@@ -551,11 +551,37 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& op
   return builder.Solve();
 }
 
+namespace {
+
+// Partitions `g`, which is already CSE'd and tag-cleaned.
+Expected<Partition> PartitionPrepared(const Graph& g, const MinCutOptions& options) {
+  FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(g));
+  bool any_required_bw = false;
+  for (size_t i = 0; i < g.size() && !any_required_bw; ++i) any_required_bw = c.in_tangents_closure[i];
+  for (Node* o : c.backward_outputs) any_required_bw = any_required_bw || o != nullptr;
+  if (!any_required_bw) {
+    // Nothing depends on a tangent: as the reference, hand over to the default partition.
+    FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(g));
+    return ExtractPartition(g, saved, "mincut");
+  }
+  FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(g, options));
+  // Assert-only SymBools are not needed by the backward.
+  std::vector<Node*> saved;
+  for (Node* n : solution.saved_values) {
+    bool assert_only = n->val().kind == ValueFacts::Kind::kSymBool && !n->users().empty() &&
+                       std::all_of(n->users().begin(), n->users().end(),
+                                   [](Node* u) { return u->target() == "aten._assert_scalar.default"; });
+    if (!assert_only) saved.push_back(n);
+  }
+  return ExtractPartition(g, saved, "mincut");
+}
+
+}  // namespace
+
 Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& options) {
-  // The reference mutates the joint graph (CSE, tags); fxremat works on a copy.
-  std::unique_ptr<Graph> g = CloneGraph(joint);
-  bool has_recomputable = false;
-  for (const auto& up : g->nodes()) {
+  bool has_recomputable = false, has_collectives = false;
+  for (const auto& up : joint.nodes()) {
+    has_collectives = has_collectives || up->target().rfind("_c10d_functional.", 0) == 0;
     if (!MustRecompute(*up)) continue;
     has_recomputable = true;
     const OpInfo* info = up->opInfo();
@@ -566,31 +592,18 @@ Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& opt
                       up->target(), up->meta().recompute),
           fmt::format("node '{}'", up->name()));
   }
-  if (options.cse) FXREMAT_RETURN_IF_ERROR(EliminateCommonSubexpressions(*g).status());
+  // The reference mutates the joint graph (CSE, tags, forced saves); fxremat
+  // works on a copy, made only when one of those steps has something to change.
+  const bool has_duplicates = options.cse && !FindCommonSubexpressions(joint).empty();
+  if (!has_recomputable && !has_collectives && !has_duplicates) return PartitionPrepared(joint, options);
+  std::unique_ptr<Graph> g = CloneGraph(joint);
+  if (has_duplicates) FXREMAT_RETURN_IF_ERROR(EliminateCommonSubexpressions(*g).status());
   if (has_recomputable) FXREMAT_RETURN_IF_ERROR(CleanupRecomputeTags(*g, /*is_default_partition=*/false).status());
   // Collectives are saved, never recomputed (unless a checkpoint region says so).
   for (const auto& up : g->nodes())
     if (up->isCallFunction() && up->target().rfind("_c10d_functional.", 0) == 0 && !MustRecompute(*up))
       up->meta().recompute = "MUST_SAVE";
-  FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(*g));
-  bool any_required_bw = false;
-  for (size_t i = 0; i < g->size() && !any_required_bw; ++i) any_required_bw = c.in_tangents_closure[i];
-  for (Node* o : c.backward_outputs) any_required_bw = any_required_bw || o != nullptr;
-  if (!any_required_bw) {
-    // Nothing depends on a tangent: as the reference, hand over to the default partition.
-    FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(*g));
-    return ExtractPartition(*g, saved, "mincut");
-  }
-  FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(*g, options));
-  // Assert-only SymBools are not needed by the backward.
-  std::vector<Node*> saved;
-  for (Node* n : solution.saved_values) {
-    bool assert_only = n->val().kind == ValueFacts::Kind::kSymBool && !n->users().empty() &&
-                       std::all_of(n->users().begin(), n->users().end(),
-                                   [](Node* u) { return u->target() == "aten._assert_scalar.default"; });
-    if (!assert_only) saved.push_back(n);
-  }
-  return ExtractPartition(*g, saved, "mincut");
+  return PartitionPrepared(*g, options);
 }
 
 }  // namespace fxremat

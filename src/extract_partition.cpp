@@ -2,7 +2,6 @@
 // values, the way the reference's _extract_fwd_bwd_modules does, and the
 // Signature that states every position (Note [AOTAutograd runtime contract]).
 #include <algorithm>
-#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -36,45 +35,72 @@ std::string AnnotationName(const Node& n) {
   return {};
 }
 
-namespace {
 
-Argument MapArgument(const Argument& a, const std::unordered_map<const Node*, Node*>& env) {
-  if (a.kind == Argument::Kind::kNode) return Argument::NodeRef(env.at(a.node));
-  if (a.kind == Argument::Kind::kList) {
-    std::vector<Argument> items;
-    items.reserve(a.list.size());
-    for (const Argument& item : a.list) items.push_back(MapArgument(item, env));
-    return Argument::List(std::move(items));
+// Which joint nodes the extracted graph keeps: `valid` nodes are computable
+// from the inputs (every argument valid, not pinned to the other side);
+// `live` ones are valid and needed by an output or side-effecting. Mirrors
+// copy-then-eliminate-dead-code without building the dead nodes.
+struct SubgraphPlan {
+  std::vector<bool> is_input, valid, live;
+};
+
+Expected<SubgraphPlan> PlanSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
+                                    const std::vector<Node*>& outputs, Subgraph which) {
+  const size_t n = joint.size();
+  SubgraphPlan plan;
+  plan.is_input.assign(n, false);
+  plan.valid.assign(n, false);
+  plan.live.assign(n, false);
+  for (Node* in : inputs) plan.is_input[in->index()] = plan.valid[in->index()] = true;
+  for (const auto& up : joint.nodes()) {
+    const Node& node = *up;
+    const size_t i = node.index();
+    if (plan.is_input[i] || node.isPlaceholder() || node.isOutput()) continue;
+    if (which == Subgraph::kForward && MustBeInBackward(node)) continue;
+    if (which == Subgraph::kBackward && MustBeInForward(node)) continue;
+    bool ok = true;
+    for (Node* input : node.inputs()) ok = ok && plan.valid[input->index()];
+    plan.valid[i] = ok;
   }
-  return a;
-}
-
-// Removes nodes whose values nobody needs, keeping placeholders, the output
-// and side-effecting ops (FX's eliminate_dead_code), in one linear pass.
-void EliminateDeadCode(Graph& g) {
-  std::vector<bool> live(g.size(), false);
-  std::vector<Node*> dead;
-  for (size_t i = g.size(); i-- > 0;) {
-    Node* n = g.nodes()[i].get();
-    bool keep = n->isPlaceholder() || n->isOutput() || IsImpure(*n);
-    for (Node* user : n->users()) keep = keep || live[user->index()];
-    live[i] = keep;
-    if (!keep) dead.push_back(n);
+  for (Node* o : outputs) {
+    if (!o) continue;
+    if (!plan.valid[o->index()])
+      return Status::BadInput(
+          fmt::format("'{}' is an output of the {} graph but cannot be computed from its inputs", o->name(),
+                      which == Subgraph::kForward ? "forward" : "backward"),
+          fmt::format("node '{}'", o->name()));
+    plan.live[o->index()] = true;
   }
-  g.eraseNodes(dead);
+  for (size_t i = n; i-- > 0;) {
+    const Node& node = *joint.nodes()[i];
+    if (!plan.valid[i]) continue;
+    bool keep = plan.live[i] || (node.isCallFunction() && IsImpure(node));
+    // An input does not read its joint-graph arguments: it becomes a placeholder.
+    for (Node* user : node.users()) keep = keep || (plan.live[user->index()] && !plan.is_input[user->index()]);
+    plan.live[i] = keep;
+  }
+  return plan;
 }
-
-}  // namespace
 
 Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                                  const std::vector<PlaceholderRole>& input_roles,
                                                  const std::vector<Node*>& outputs, Subgraph which) {
+  FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan plan, PlanSubgraph(joint, inputs, outputs, which));
   auto g = std::make_unique<Graph>();
   g->setName(joint.name());
   g->setKind(which == Subgraph::kForward ? GraphKind::kForward : GraphKind::kBackward);
   g->symbols() = joint.symbols();
-  std::unordered_map<const Node*, Node*> env;  // joint node -> new node; absent = invalid
-  std::vector<bool> is_input(joint.size(), false);
+  std::vector<Node*> env(joint.size(), nullptr);  // joint node index -> new node
+  auto map_argument = [&env](const Argument& a, auto&& self) -> Argument {
+    if (a.kind == Argument::Kind::kNode) return Argument::NodeRef(env[a.node->index()]);
+    if (a.kind == Argument::Kind::kList) {
+      std::vector<Argument> items;
+      items.reserve(a.list.size());
+      for (const Argument& item : a.list) items.push_back(self(item, self));
+      return Argument::List(std::move(items));
+    }
+    return a;
+  };
   for (size_t k = 0; k < inputs.size(); ++k) {
     Node* in = inputs[k];
     Node* p = g->createNode(OpKind::kPlaceholder, in->name(), in->name());
@@ -82,43 +108,25 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
     p->meta() = in->meta();
     p->setRole(input_roles[k]);
     if (in->isPlaceholder()) p->setPath(in->path());
-    env.emplace(in, p);
-    is_input[in->index()] = true;
+    env[in->index()] = p;
   }
   for (const auto& up : joint.nodes()) {
     const Node& n = *up;
-    if (is_input[n.index()] || n.isPlaceholder() || n.isOutput()) continue;
-    if (which == Subgraph::kForward && MustBeInBackward(n)) continue;
-    if (which == Subgraph::kBackward && MustBeInForward(n)) continue;
-    bool valid = true;
-    for (Node* input : n.inputs()) valid = valid && env.count(input);
-    if (!valid) continue;
+    if (plan.is_input[n.index()] || !plan.live[n.index()]) continue;
     std::vector<Argument> args;
     args.reserve(n.args().size());
-    for (const Argument& a : n.args()) args.push_back(MapArgument(a, env));
+    for (const Argument& a : n.args()) args.push_back(map_argument(a, map_argument));
     Kwargs kwargs;
-    for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, MapArgument(v, env));
+    for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, map_argument(v, map_argument));
     Node* copy = g->createNode(n.op(), n.name(), n.target(), std::move(args), std::move(kwargs));
     copy->val() = n.val();
     copy->meta() = n.meta();
-    env.emplace(&n, copy);
+    env[n.index()] = copy;
+    if (const OpInfo* info = n.opInfo()) g->ops().emplace(info->target, *info);
   }
   std::vector<Argument> values;
-  for (Node* o : outputs) {
-    if (!o) { values.push_back(Argument::None()); continue; }
-    auto it = env.find(o);
-    if (it == env.end())
-      return Status::BadInput(
-          fmt::format("'{}' is an output of the {} graph but cannot be computed from its inputs",
-                      o->name(), which == Subgraph::kForward ? "forward" : "backward"),
-          fmt::format("node '{}'", o->name()));
-    values.push_back(Argument::NodeRef(it->second));
-  }
+  for (Node* o : outputs) values.push_back(o ? Argument::NodeRef(env[o->index()]) : Argument::None());
   g->createNode(OpKind::kOutput, g->uniqueName("output"), "output", {Argument::List(std::move(values))});
-  EliminateDeadCode(*g);
-  for (const auto& up : g->nodes())
-    if (const OpInfo* info = joint.findNode(up->name()) ? joint.findNode(up->name())->opInfo() : nullptr)
-      g->ops().emplace(info->target, *info);
   return g;
 }
 
@@ -144,11 +152,14 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
   std::vector<Node*> bw_inputs;
   std::vector<PlaceholderRole> bw_roles;
   backward_inputs(bw_inputs, bw_roles);
-  FXREMAT_ASSIGN_OR_RETURN(auto probe, ExtractSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward));
+  FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan probe, PlanSubgraph(joint, bw_inputs, c.backward_outputs, Subgraph::kBackward));
   // Saved values the backward does not read are dropped, as the reference does.
   auto unused = [&](Node* s) {
-    Node* p = probe->findNode(s->name());
-    return p == nullptr || p->users().empty();
+    for (Node* user : s->users())
+      if (probe.live[user->index()] && !probe.is_input[user->index()]) return false;
+    for (Node* o : c.backward_outputs)
+      if (o == s) return false;
+    return true;
   };
   saved_tensors.erase(std::remove_if(saved_tensors.begin(), saved_tensors.end(), unused), saved_tensors.end());
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(), unused), saved_syms.end());

@@ -19,12 +19,13 @@ std::string_view MaxFlowAlgorithmName(MaxFlowAlgorithm algorithm) {
   switch (algorithm) {
     case MaxFlowAlgorithm::kBoykovKolmogorov: return "boykov_kolmogorov";
     case MaxFlowAlgorithm::kPushRelabel: return "push_relabel";
+    case MaxFlowAlgorithm::kDinic: return "dinic";
   }
   return "?";
 }
 
 bool MaxFlowAlgorithmFromName(std::string_view name, MaxFlowAlgorithm& out) {
-  for (MaxFlowAlgorithm a : {MaxFlowAlgorithm::kBoykovKolmogorov, MaxFlowAlgorithm::kPushRelabel}) {
+  for (MaxFlowAlgorithm a : {MaxFlowAlgorithm::kBoykovKolmogorov, MaxFlowAlgorithm::kPushRelabel, MaxFlowAlgorithm::kDinic}) {
     if (MaxFlowAlgorithmName(a) == name) {
       out = a;
       return true;
@@ -70,6 +71,9 @@ std::vector<int32_t> FindInfinitePath(const FlowNetwork& network, int32_t source
   return {};
 }
 
+// dinic_max_flow.cpp
+Expected<MinCut> DinicMinCut(const FlowNetwork& network, int32_t source, int32_t sink, int64_t infinite);
+
 namespace {
 
 using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
@@ -101,6 +105,7 @@ Expected<MinCut> SolveMinCut(const FlowNetwork& network, int32_t source, int32_t
     finite_sum += c;
   }
   const int64_t infinite = finite_sum + 1;
+  if (algorithm == MaxFlowAlgorithm::kDinic) return DinicMinCut(network, source, sink, infinite);
 
   BoostGraph g(static_cast<size_t>(n));
   for (int32_t e = 0; e < network.numEdges(); ++e) {

@@ -1,5 +1,6 @@
 // Max-flow / min-cut behind one small interface. Implementations: Boost.Graph's
-// Boykov-Kolmogorov, and fxremat's own (see max_flow.cpp). Capacities are
+// Boykov-Kolmogorov and push-relabel, and fxremat's own Dinic on flat arrays
+// (dinic_max_flow.cpp), kept because bench/ measures it faster on joint graphs. Capacities are
 // non-negative int64; kInfiniteCapacity marks edges that can never be cut.
 // Every implementation returns the same cut: the sink side is the set of
 // vertices that can reach the sink in the residual graph of a maximum flow
@@ -16,7 +17,7 @@
 
 namespace fxremat {
 
-enum class MaxFlowAlgorithm { kBoykovKolmogorov, kPushRelabel };
+enum class MaxFlowAlgorithm { kBoykovKolmogorov, kPushRelabel, kDinic };
 std::string_view MaxFlowAlgorithmName(MaxFlowAlgorithm algorithm);
 bool MaxFlowAlgorithmFromName(std::string_view name, MaxFlowAlgorithm& out);
 

@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
                         "materialized_backward,not_in_allowlist,reductions}, treat_parameters_as_free_to_save, cse, "
                         "max_dist_from_bw, activation_memory_budget (0 or 1), static_lifetime_input_indices "
                         "(comma-separated primal indices; default: primals with a params[/buffers[ path), "
-                        "max_flow (boykov_kolmogorov, push_relabel). Repeatable.");
+                        "max_flow (dinic, boykov_kolmogorov, push_relabel). Repeatable.");
   partition->add_option("-o,--output-dir", out_dir, "Write forward.json, backward.json, signature.json here");
   partition->add_option("--print", print, "Print the emitted graphs: code")->check(CLI::IsMember({"code"}));
 

@@ -35,7 +35,7 @@ int64_t CutValue(const FlowNetwork& net, const std::vector<bool>& source_side) {
 
 }  // namespace
 
-TEST_CASE("Boykov-Kolmogorov and push-relabel agree, and match brute force") {
+TEST_CASE("Boykov-Kolmogorov, push-relabel and Dinic agree, and match brute force") {
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 300; ++trial) {
     const int32_t n = 2 + static_cast<int32_t>(rng() % 9);
@@ -44,11 +44,15 @@ TEST_CASE("Boykov-Kolmogorov and push-relabel agree, and match brute force") {
     if (!FindInfinitePath(net, source, sink).empty()) continue;
     auto bk = SolveMinCut(net, source, sink, MaxFlowAlgorithm::kBoykovKolmogorov);
     auto pr = SolveMinCut(net, source, sink, MaxFlowAlgorithm::kPushRelabel);
+    auto dinic = SolveMinCut(net, source, sink, MaxFlowAlgorithm::kDinic);
     REQUIRE(bk.ok());
     REQUIRE(pr.ok());
+    REQUIRE(dinic.ok());
     INFO("trial " << trial);
     CHECK(bk->value == pr->value);
+    CHECK(bk->value == dinic->value);
     CHECK(bk->source_side == pr->source_side);  // the same (minimal sink side) cut
+    CHECK(bk->source_side == dinic->source_side);
     CHECK(CutValue(net, bk->source_side) == bk->value);
     CHECK(bk->source_side[source]);
     CHECK_FALSE(bk->source_side[sink]);
@@ -70,7 +74,7 @@ TEST_CASE("the sink side is minimal: ties go to the source side, as networkx.min
   FlowNetwork net(3);
   net.addEdge(0, 1, 5);
   net.addEdge(1, 2, 5);
-  for (auto algorithm : {MaxFlowAlgorithm::kBoykovKolmogorov, MaxFlowAlgorithm::kPushRelabel}) {
+  for (auto algorithm : {MaxFlowAlgorithm::kBoykovKolmogorov, MaxFlowAlgorithm::kPushRelabel, MaxFlowAlgorithm::kDinic}) {
     auto cut = SolveMinCut(net, 0, 2, algorithm);
     REQUIRE(cut.ok());
     CHECK(cut->value == 5);
