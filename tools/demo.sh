@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on bundled real data (a 2-layer GPT-2 joint graph
-# traced by AOTAutograd), then a Python round trip on a freshly traced model.
+# traced by AOTAutograd), then the Python path on a freshly traced model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FX=build/fxremat
 OUT=build/demo
 rm -rf "$OUT"
 mkdir -p "$OUT"
+G=testdata/gpt2_2l.json.gz
 
 echo "== 1. What the joint graph holds (fxremat inspect) =="
-$FX inspect testdata/gpt2_2l.json.gz | head -n 12
+$FX inspect "$G" > "$OUT/inspect.txt"
+sed -n '1,8p' "$OUT/inspect.txt"
 echo "   ..."
-$FX inspect testdata/gpt2_2l.json.gz | sed -n '/classification/,$p'
+sed -n '/classification/,$p' "$OUT/inspect.txt"
 echo
-echo "== 2. Partition it like functorch's default_partition (fxremat partition) =="
-$FX partition testdata/gpt2_2l.json.gz --partitioner default -o "$OUT/gpt2_2l" | head -n 14
-echo "   ... (full list in $OUT/gpt2_2l/signature.json)"
+echo "== 2. Partition it with the min-cut solver (fxremat partition; the default partitioner) =="
+$FX partition "$G" -o "$OUT/gpt2_2l" > "$OUT/partition.txt"
+sed -n '1,10p' "$OUT/partition.txt"
+echo "   ... (every saved value, with its positions, in $OUT/gpt2_2l/signature.json)"
+$FX partition "$G" --partitioner default -o "$OUT/gpt2_2l_default" > "$OUT/partition_default.txt"
+echo "   functorch's default_partition on the same graph, for comparison:"
+sed -n '1p' "$OUT/partition_default.txt" | sed 's/^/   /'
 echo
 echo "== 3. Prove it numerically through the libtorch dispatcher (fxremat verify) =="
-$FX verify testdata/gpt2_2l.json.gz "$OUT/gpt2_2l" | tail -n 4
+$FX verify "$G" "$OUT/gpt2_2l" > "$OUT/verify.txt"
+tail -n 3 "$OUT/verify.txt"
 echo
 echo "== 4. The small seed program, as readable code (fxremat partition --print code) =="
-$FX partition testdata/sin_mm.json.gz --print code | grep -v "stack=" | sed 's/  # tag=[a-z_]*//'
+$FX partition testdata/sin_mm.json.gz --print code > "$OUT/sin_mm.txt"
+grep -v "^# op \|^# input" "$OUT/sin_mm.txt" | sed "s/  # tag=.*//"
 echo
 echo "== 5. Python: export a model, partition it in C++, load the graphs back into PyTorch =="
 .venv/bin/python tools/demo.py
+if [ -f tools/demo_compile.py ]; then
+  echo
+  echo "== 6. torch.compile(model, backend=\"fxremat\"): a short training run =="
+  .venv/bin/python tools/demo_compile.py
+fi

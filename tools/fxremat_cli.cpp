@@ -104,7 +104,7 @@ int RunPrint(const std::string& path, const std::string& output) {
 
 std::string Describe(const SavedValue& s) {
   std::string facts = FormatValueFacts(s.facts);
-  return fmt::format("  {:<28} {:<24} {:>10} B  fw out {:>3} -> bw in {:>3}{}", s.name, facts, s.bytes,
+  return fmt::format("  {:<24} {:<36} {:>10} B  fw out {:>3} -> bw in {:>3}{}", s.name, facts, s.bytes,
                      s.forward_output_index, s.backward_input_index,
                      s.annotation ? fmt::format("  named '{}'", *s.annotation) : "");
 }
