@@ -3,13 +3,9 @@
 // tags and ac_graph_id as torch.compile's selective checkpointing sets them.
 #include "passes/cleanup_recompute_tags.h"
 
-namespace fxremat {
+#include "src/partition_internal.h"
 
-namespace {
-bool MustRecompute(const Node& n) {
-  return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
-}
-}  // namespace
+namespace fxremat {
 
 Expected<bool> CleanupRecomputeTags(Graph& graph, bool is_default_partition) {
   bool changed = false;

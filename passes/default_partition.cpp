@@ -21,9 +21,6 @@ bool IsMultiOutput(const Node& n) {
   return std::all_of(n.users().begin(), n.users().end(), [](const Node* u) { return u->isGetItem(); });
 }
 
-bool MustRecompute(const Node& n) {
-  return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
-}
 
 // Assertion and profiler ops are safe to leave out of the saved set.
 bool IsSkippedOp(const Node& n) {
@@ -34,11 +31,6 @@ bool IsSkippedOp(const Node& n) {
   return n.isCallFunction() && kSkipped.count(n.target());
 }
 
-bool IsAssertOnlySymBool(const Node& n) {
-  return n.val().kind == ValueFacts::Kind::kSymBool && !n.users().empty() &&
-         std::all_of(n.users().begin(), n.users().end(),
-                     [](const Node* u) { return u->target() == "aten._assert_scalar.default"; });
-}
 
 }  // namespace
 
@@ -118,18 +110,7 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
 }
 
 Expected<Partition> DefaultPartition(const Graph& joint) {
-  bool has_recomputable_ops = false;
-  for (const auto& up : joint.nodes()) {
-    if (!MustRecompute(*up)) continue;
-    has_recomputable_ops = true;
-    const OpInfo* info = up->opInfo();
-    if (info && info->hasTag("nondeterministic_seeded"))
-      return Status::BadInput(
-          fmt::format("recomputing the random op {} in the backward would draw different random numbers; "
-                      "RNG functionalization is not supported by the default partitioner",
-                      up->target()),
-          fmt::format("node '{}'", up->name()));
-  }
+  FXREMAT_ASSIGN_OR_RETURN(bool has_recomputable_ops, HasRecomputableOps(joint));
   if (!has_recomputable_ops) {
     FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(joint));
     return ExtractPartition(joint, saved, "default");

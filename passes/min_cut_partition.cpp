@@ -125,9 +125,6 @@ OpCategory Categorize(const Node& n) {
   return c;
 }
 
-bool MustRecompute(const Node& n) {
-  return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
-}
 
 // The reference's _size_of (Note [Size of a value] in partition.h).
 int64_t SizeOf(const Node& n) {
@@ -565,33 +562,19 @@ Expected<Partition> PartitionPrepared(const Graph& g, const MinCutOptions& optio
     return ExtractPartition(g, saved, "mincut");
   }
   FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(g, options));
-  // Assert-only SymBools are not needed by the backward.
   std::vector<Node*> saved;
-  for (Node* n : solution.saved_values) {
-    bool assert_only = n->val().kind == ValueFacts::Kind::kSymBool && !n->users().empty() &&
-                       std::all_of(n->users().begin(), n->users().end(),
-                                   [](Node* u) { return u->target() == "aten._assert_scalar.default"; });
-    if (!assert_only) saved.push_back(n);
-  }
+  for (Node* n : solution.saved_values)
+    if (!IsAssertOnlySymBool(*n)) saved.push_back(n);
   return ExtractPartition(g, saved, "mincut");
 }
 
 }  // namespace
 
 Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& options) {
-  bool has_recomputable = false, has_collectives = false;
-  for (const auto& up : joint.nodes()) {
+  FXREMAT_ASSIGN_OR_RETURN(bool has_recomputable, HasRecomputableOps(joint));
+  bool has_collectives = false;
+  for (const auto& up : joint.nodes())
     has_collectives = has_collectives || up->target().rfind("_c10d_functional.", 0) == 0;
-    if (!MustRecompute(*up)) continue;
-    has_recomputable = true;
-    const OpInfo* info = up->opInfo();
-    if (info && info->hasTag("nondeterministic_seeded"))
-      return Status::BadInput(
-          fmt::format("the random op {} is marked {}: recomputing it in the backward would draw different random "
-                      "numbers, and RNG functionalization is not supported yet",
-                      up->target(), up->meta().recompute),
-          fmt::format("node '{}'", up->name()));
-  }
   // The reference mutates the joint graph (CSE, tags, forced saves); fxremat
   // works on a copy, made only when one of those steps has something to change.
   const bool has_duplicates = options.cse && !FindCommonSubexpressions(joint).empty();

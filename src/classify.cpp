@@ -2,6 +2,8 @@
 // (torch/_functorch/partitioners.py): which nodes the forward outputs need
 // (computable from primals alone), and which depend on tangents or must run in
 // the backward.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "fxremat/partition.h"
@@ -25,6 +27,32 @@ bool MustBeInForward(const Node& n) {
 }
 
 bool IsSymNode(const Node& n) { return n.val().is_sym(); }
+
+bool MustRecompute(const Node& n) {
+  return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
+}
+
+bool IsAssertOnlySymBool(const Node& n) {
+  return n.val().kind == ValueFacts::Kind::kSymBool && !n.users().empty() &&
+         std::all_of(n.users().begin(), n.users().end(),
+                     [](const Node* u) { return u->target() == "aten._assert_scalar.default"; });
+}
+
+Expected<bool> HasRecomputableOps(const Graph& graph) {
+  bool found = false;
+  for (const auto& up : graph.nodes()) {
+    if (!MustRecompute(*up)) continue;
+    found = true;
+    const OpInfo* info = up->opInfo();
+    if (info && info->hasTag("nondeterministic_seeded"))
+      return Status::BadInput(
+          fmt::format("the random op {} is marked {}: recomputing it in the backward would draw different random "
+                      "numbers, and RNG functionalization is not supported yet",
+                      up->target(), up->meta().recompute),
+          fmt::format("node '{}'", up->name()));
+  }
+  return found;
+}
 
 Expected<JointClassification> ClassifyJoint(const Graph& joint) {
   if (joint.kind() != GraphKind::kJoint)

@@ -91,16 +91,7 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
   g->setKind(which == Subgraph::kForward ? GraphKind::kForward : GraphKind::kBackward);
   g->symbols() = joint.symbols();
   std::vector<Node*> env(joint.size(), nullptr);  // joint node index -> new node
-  auto map_argument = [&env](const Argument& a, auto&& self) -> Argument {
-    if (a.kind == Argument::Kind::kNode) return Argument::NodeRef(env[a.node->index()]);
-    if (a.kind == Argument::Kind::kList) {
-      std::vector<Argument> items;
-      items.reserve(a.list.size());
-      for (const Argument& item : a.list) items.push_back(self(item, self));
-      return Argument::List(std::move(items));
-    }
-    return a;
-  };
+  auto in_subgraph = [&env](Node* original) { return env[original->index()]; };
   for (size_t k = 0; k < inputs.size(); ++k) {
     Node* in = inputs[k];
     Node* p = g->createNode(OpKind::kPlaceholder, in->name(), in->name());
@@ -115,9 +106,9 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
     if (plan.is_input[n.index()] || !plan.live[n.index()]) continue;
     std::vector<Argument> args;
     args.reserve(n.args().size());
-    for (const Argument& a : n.args()) args.push_back(map_argument(a, map_argument));
+    for (const Argument& a : n.args()) args.push_back(a.mapNodes(in_subgraph));
     Kwargs kwargs;
-    for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, map_argument(v, map_argument));
+    for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, v.mapNodes(in_subgraph));
     Node* copy = g->createNode(n.op(), n.name(), n.target(), std::move(args), std::move(kwargs));
     copy->val() = n.val();
     copy->meta() = n.meta();

@@ -229,22 +229,16 @@ void Graph::setInputs(Node* node, std::vector<Argument> args, Kwargs kwargs) {
   }
 }
 
-namespace {
-void ReplaceInArgument(Argument& a, Node* from, Node* to) {
-  if (a.kind == Argument::Kind::kNode && a.node == from) a.node = to;
-  else if (a.kind == Argument::Kind::kList)
-    for (Argument& item : a.list) ReplaceInArgument(item, from, to);
-}
-}  // namespace
 
 void Graph::replaceAllUsesWith(Node* from, Node* to) {
   assert(from != to);
   std::vector<Node*> users = from->users_;  // copy: setInputs edits the list
   for (Node* user : users) {
-    std::vector<Argument> args = user->args_;
-    Kwargs kwargs = user->kwargs_;
-    for (Argument& a : args) ReplaceInArgument(a, from, to);
-    for (auto& [k, v] : kwargs) ReplaceInArgument(v, from, to);
+    auto swap = [from, to](Node* n) { return n == from ? to : n; };
+    std::vector<Argument> args;
+    for (const Argument& a : user->args_) args.push_back(a.mapNodes(swap));
+    Kwargs kwargs;
+    for (const auto& [k, v] : user->kwargs_) kwargs.emplace_back(k, v.mapNodes(swap));
     setInputs(user, std::move(args), std::move(kwargs));
   }
 }
@@ -372,18 +366,6 @@ Status VerifyGraph(const Graph& graph) {
 // Clone
 // ---------------------------------------------------------------------------
 
-namespace {
-Argument MapArgument(const Argument& a, const Graph& target) {
-  if (a.kind == Argument::Kind::kNode) return Argument::NodeRef(target.findNode(a.node->name()));
-  if (a.kind == Argument::Kind::kList) {
-    std::vector<Argument> items;
-    items.reserve(a.list.size());
-    for (const Argument& item : a.list) items.push_back(MapArgument(item, target));
-    return Argument::List(std::move(items));
-  }
-  return a;
-}
-}  // namespace
 
 std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
   auto copy = std::make_unique<Graph>();
@@ -394,10 +376,11 @@ std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
   copy->ops() = graph.ops();
   for (const auto& up : graph.nodes()) {
     const Node& n = *up;
+    auto in_copy = [&copy](Node* original) { return copy->findNode(original->name()); };
     std::vector<Argument> args;
-    for (const Argument& a : n.args()) args.push_back(MapArgument(a, *copy));
+    for (const Argument& a : n.args()) args.push_back(a.mapNodes(in_copy));
     Kwargs kwargs;
-    for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, MapArgument(v, *copy));
+    for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, v.mapNodes(in_copy));
     Node* c = copy->createNode(n.op(), n.name(), n.target(), std::move(args), std::move(kwargs));
     c->val() = n.val();
     c->meta() = n.meta();

@@ -14,6 +14,14 @@ namespace fxremat {
 bool MustBeInBackward(const Node& n);
 bool MustBeInForward(const Node& n);
 bool IsSymNode(const Node& n);
+// recompute is MUST_RECOMPUTE or PREFER_RECOMPUTE (the reference's must_recompute).
+bool MustRecompute(const Node& n);
+// A SymBool whose only users are aten._assert_scalar: never needed by the backward.
+bool IsAssertOnlySymBool(const Node& n);
+// Whether any node must be recomputed; an error naming the node if that node is
+// a random op (recomputing it would draw new numbers: RNG functionalization is
+// not supported).
+Expected<bool> HasRecomputableOps(const Graph& graph);
 // Ops with side effects (a mutable schema): never dropped as dead code.
 bool IsImpure(const Node& n);
 

@@ -118,6 +118,16 @@ struct Argument {
 
   bool is_node() const { return kind == Kind::kNode; }
   DType dtype() const { return static_cast<DType>(int_value); }
+  // A copy with every node reference replaced by fn(Node*).
+  template <typename Fn>
+  Argument mapNodes(Fn&& fn) const {
+    if (kind == Kind::kNode) return NodeRef(fn(node));
+    if (kind != Kind::kList) return *this;
+    std::vector<Argument> items;
+    items.reserve(list.size());
+    for (const Argument& a : list) items.push_back(a.mapNodes(fn));
+    return List(std::move(items));
+  }
   // Calls fn(Node*) for every node reference, depth first, in order.
   template <typename Fn>
   void forEachNode(Fn&& fn) const {
