@@ -3,6 +3,7 @@
 //   0  success
 //   1  numeric verification or signature check failed
 //   2  bad input or bad usage (malformed file, unknown op, contradictory flags)
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,11 +36,64 @@ int Fail(const Status& status) {
   return status.code() == ErrorCode::kVerifyFailed ? kExitVerifyFailed : kExitBadInput;
 }
 
+// The libtorch bridge, loaded on first use from libfxremat_torch_plugin.so
+// beside this executable (src/torch_bridge/plugin.cpp says why).
+class TorchPlugin {
+ public:
+  using CompleteFn = void (*)(Graph*, Status*);
+  using VerifyFn = void (*)(const Graph*, const Graph*, const Graph*, const Signature*, const VerifyOptions*,
+                            Status*, VerifyReport*);
+  static Expected<TorchPlugin*> Get() {
+    static TorchPlugin plugin;
+    if (!plugin.error_.empty())
+      return Status::BadInput(plugin.error_ + " (rebuild with `make build`)", "libtorch bridge");
+    return &plugin;
+  }
+  CompleteFn complete = nullptr;
+  VerifyFn verify = nullptr;
+
+ private:
+  TorchPlugin() {
+    char exe[4096];
+    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    std::string dir = n > 0 ? fs::path(std::string(exe, static_cast<size_t>(n))).parent_path().string() : ".";
+    std::string path = dir + "/libfxremat_torch_plugin.so";
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char* why = ::dlerror();
+      error_ = fmt::format("cannot load {}: {}", path, why ? why : "unknown error");
+      return;
+    }
+    complete = reinterpret_cast<CompleteFn>(::dlsym(handle, "fxremat_plugin_complete_op_facts"));
+    verify = reinterpret_cast<VerifyFn>(::dlsym(handle, "fxremat_plugin_verify"));
+    if (!complete || !verify) error_ = fmt::format("{} lacks its entry points", path);
+  }
+  std::string error_;
+};
+
+// Whether some call_function target has no op facts (Python callables and the
+// naming ops need none from PyTorch).
+bool NeedsOpFacts(const Graph& graph) {
+  for (const auto& up : graph.nodes()) {
+    const Node& n = *up;
+    if (!n.isCallFunction() || n.opInfo() != nullptr || IsAnnotationOp(n.target())) continue;
+    const std::string& t = n.target();
+    if (t.rfind("_operator.", 0) == 0 || t.rfind("math.", 0) == 0 || t.rfind("builtins.", 0) == 0 ||
+        t.rfind("torch.", 0) == 0)
+      continue;
+    return true;
+  }
+  return false;
+}
+
 // Loads a graph and completes its op facts from the dispatcher if it lacks any.
 Expected<std::unique_ptr<Graph>> LoadForWork(const std::string& path) {
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, LoadGraphFile(path));
-  auto completed = CompleteOpFactsFromDispatcher(*graph);
-  if (!completed.ok()) return completed.status().WithContext(path);
+  if (!NeedsOpFacts(*graph)) return graph;
+  FXREMAT_ASSIGN_OR_RETURN(TorchPlugin * plugin, TorchPlugin::Get());
+  Status completed;
+  plugin->complete(graph.get(), &completed);
+  if (!completed.ok()) return completed.WithContext(path);
   return graph;
 }
 
@@ -170,8 +224,13 @@ int RunVerify(const std::string& path, const std::string& dir, uint64_t seed, do
   VerifyOptions options;
   options.seed = seed;
   options.tolerance_scale = tolerance_scale;
-  auto report = VerifyPartition(**joint, **forward, **backward, *signature, options);
-  if (!report.ok()) return Fail(report.status());
+  auto plugin = TorchPlugin::Get();
+  if (!plugin.ok()) return Fail(plugin.status());
+  Status status;
+  VerifyReport report_value;
+  (*plugin)->verify(joint->get(), forward->get(), backward->get(), &*signature, &options, &status, &report_value);
+  if (!status.ok()) return Fail(status);
+  const VerifyReport* report = &report_value;
   for (const std::string& line : report->lines) std::cout << "  " << line << "\n";
   std::cout << fmt::format("verify {}: {} values compared: {}\n", path, report->values_compared,
                            report->passed ? "PASSED" : "FAILED");
