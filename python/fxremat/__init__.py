@@ -36,6 +36,11 @@ _LAZY = {
     "partition": "._partition",
     "Partition": "._partition",
     "to_text": "._partition",
+    # drop-in AOTAutograd partition_fn, its records, and fw/bw extraction
+    "partition_fn": "._partition_fn",
+    "PartitionRecord": "._partition_fn",
+    "partition_records": "._partition_fn",
+    "extract": "._extract",
 }
 
 __all__ = [

@@ -252,7 +252,12 @@ class _Encoder:
             c = d.node.maybe_as_int()
             if c is not None:
                 return int(c)
-            return {"sym": self._sym_expr(d, where)}
+            expr = self._sym_expr(d, where)
+            if expr in self.symbols:  # a bare symbol: its hint is in the symbols table
+                return {"sym": expr}
+            # A compound expression (16*s77) carries its own hint: readers need not
+            # evaluate SymPy to size the tensor.
+            return {"sym": expr, "hint": int(d.node.shape_env.size_hint(d.node.expr))}
         return int(d)
 
     def val(self, v: Any, where: str) -> Any:
@@ -702,7 +707,7 @@ class _Decoder:
     def dim(self, d: Any, where: str) -> Any:
         if _is_int(d):
             return d
-        if isinstance(d, dict) and set(d) == {"sym"} and isinstance(d["sym"], str):
+        if isinstance(d, dict) and set(d) in ({"sym"}, {"sym", "hint"}) and isinstance(d["sym"], str):
             return self._sym(d["sym"], where, "int")
         raise _fail(where, f"dimension must be an integer or {{\"sym\": EXPR}}, got {d!r}")
 

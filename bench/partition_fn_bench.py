@@ -1,0 +1,236 @@
+"""Time fxremat's partition_fn against PyTorch's min_cut_rematerialization_partition on
+the joint graph of a 12-layer GPT-2, inside one torch.compile.
+
+    .venv/bin/python bench/partition_fn_bench.py                 # writes docs/benchmarks_partition_fn.md
+    .venv/bin/python bench/partition_fn_bench.py --repeat 9 --layers 12 --out /tmp/b.md
+
+For each pipeline, the model (transformers ``GPT2Config`` defaults: 12 layers, n_embd
+768, 12 heads, vocab 50257; dropout 0, eager attention, batch 2 x 64 tokens, LM loss)
+is compiled once with torch.compile, and the partitioner hook receives the joint graph
+exactly as a real compile hands it over:
+
+- ``inductor``: Inductor's compile_fx (its decompositions and joint-graph passes), the
+  joint graph reaching Inductor's ``custom_partitioner_fn`` hook, i.e. what
+  ``min_cut_rematerialization_partition`` gets under ``backend="inductor"``;
+- ``aot_eager``: AOTAutograd without decompositions (what ``backend="aot_eager"``
+  partitions).
+
+In the hook, for each of ``--repeat`` rounds, a deep copy of the joint graph goes to
+each partitioner (alternating; copies and a ``gc.collect()`` are outside the timed
+region; both run in the compile's lazy-GraphModule context). The time is the whole
+call, end to end: for fxremat, encoding the joint graph (``to_json``), the C++
+extension (decode, CSE, min cut, extraction, emit documents) and building the two
+GraphModules. Both must choose the same saved values (checked). Compilation then stops
+(Inductor's code generation for this model takes many minutes on a small machine and is
+not what is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+
+
+class _Stop(Exception):
+    pass
+
+
+def _model(layers: int):
+    import torch
+    import transformers
+
+    from fxremat.testing.programs import CausalLMLoss
+
+    cfg = transformers.GPT2Config(n_layer=layers, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                  summary_first_dropout=0.0, use_cache=False, attn_implementation="eager")
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(cfg)
+    gpt2.loss_type = "ForCausalLM"
+    ids = torch.randint(0, cfg.vocab_size, (2, 64))
+    return CausalLMLoss(gpt2), ids
+
+
+def _measure(joint, joint_inputs, kw: dict, repeat: int) -> dict:
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    import fxremat
+    from fxremat._partition_fn import clear_partition_records, partition_records
+
+    nfo = kw["num_fwd_outputs"]
+    ours_fn = fxremat.partition_fn("mincut")
+    ours_fn(copy.deepcopy(joint), joint_inputs, **kw)  # warm-up: imports the extension
+    clear_partition_records()
+    torch_s, ours_s, saved = [], [], None
+    for _ in range(repeat):
+        for which in ("torch", "fxremat"):
+            j = copy.deepcopy(joint)
+            gc.collect()
+            t0 = time.perf_counter()
+            if which == "torch":
+                fw, _ = min_cut_rematerialization_partition(j, joint_inputs, compiler="inductor", **kw)
+                torch_s.append(time.perf_counter() - t0)
+                ref_saved = [str(n) for n in fw.graph.output_node().args[0][nfo:]]
+            else:
+                fw, _ = ours_fn(j, joint_inputs, **kw)
+                ours_s.append(time.perf_counter() - t0)
+                saved = [str(n) for n in fw.graph.output_node().args[0][nfo:]]
+        if saved != ref_saved:
+            raise SystemExit(f"fxremat and PyTorch saved different values:\n{saved}\n{ref_saved}")
+    recs = partition_records()
+    phases = {k: statistics.median(r.seconds[k] for r in recs) for k in ("to_json", "cpp", "build")}
+    return {
+        "nodes": len(joint.graph.nodes), "saved": len(saved), "saved_bytes": recs[-1].saved_bytes,
+        "torch": statistics.median(torch_s), "ours": statistics.median(ours_s),
+        "torch_all": torch_s, "ours_all": ours_s, "phases": phases,
+    }
+
+
+def _run(pipeline: str, layers: int, repeat: int) -> dict:
+    import torch
+
+    model, ids = _model(layers)
+    result: dict = {}
+
+    def hook(joint, joint_inputs, **kw):
+        kw.pop("compiler", None)
+        result.update(_measure(joint, joint_inputs, kw, repeat))
+        raise _Stop()
+
+    if pipeline == "inductor":
+        from torch._inductor.compile_fx import compile_fx
+
+        from fxremat.backend import _inductor_partitioner_class
+
+        class Hook:
+            def __call__(self, gm, joint_inputs, **kw):
+                return hook(gm, joint_inputs, **kw)
+
+            def uuid(self):
+                return None
+
+        def backend(gm, example_inputs):
+            compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": _inductor_partitioner_class()(Hook())})
+    else:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.debugging import boxed_nop
+
+        backend = aot_autograd(fw_compiler=boxed_nop, partition_fn=hook)
+
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        try:
+            torch.compile(model, backend=backend, fullgraph=True)(ids)
+        except Exception as e:  # Dynamo wraps the stop signal
+            if "_Stop" not in repr(e) and not isinstance(e.__cause__, _Stop):
+                raise
+    if not result:
+        raise SystemExit(f"{pipeline}: the partitioner hook was not reached")
+    return result
+
+
+def _markdown(results: dict, args, command: str) -> str:
+    import torch
+
+    lines = [
+        "# fxremat.partition_fn vs PyTorch's min-cut partitioner",
+        "",
+        "Generated by `bench/partition_fn_bench.py`. Command:",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        f"Model: transformers `GPT2Config` with {args.layers} layers (n_embd 768, 12 heads, vocab 50257, dropout 0, "
+        "eager attention), LM loss, batch 2 x 64 tokens, CPU, `torch.compile(fullgraph=True)`. The joint graph is "
+        "taken where a real compile hands it to the partitioner; each round partitions a fresh deep copy with each "
+        f"partitioner (alternating, {args.repeat} rounds, median reported; copying and `gc.collect()` untimed). "
+        "Both choose the same saved values (checked).",
+        "",
+        f"Machine: {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, Python "
+        f"{platform.python_version()}, torch {torch.__version__}; load average at start "
+        f"{results['load_before']}, at end {results['load_after']} (other jobs shared the machine: absolute times "
+        "are noisy, the ratio less so).",
+        "",
+        "| pipeline | joint nodes | saved values | saved bytes (parameters included) | PyTorch min-cut, median (min) s "
+        "| fxremat partition_fn, median (min) s | speed-up of medians (of minima) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in args.pipelines:
+        r = results[name]
+        t_min, o_min = min(r["torch_all"]), min(r["ours_all"])
+        lines.append(f"| {name} | {r['nodes']} | {r['saved']} | {r['saved_bytes']} | {r['torch']:.3f} ({t_min:.3f}) | "
+                     f"{r['ours']:.3f} ({o_min:.3f}) | {r['torch'] / r['ours']:.1f}x ({t_min / o_min:.1f}x) |")
+    lines += [
+        "",
+        "Where fxremat's time goes (medians of the phases, seconds):",
+        "",
+        "| pipeline | to_json (Python: encode the joint graph) | C++ extension (decode, CSE, min cut, extract, emit documents) | build (Python: the two GraphModules) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name in args.pipelines:
+        p = results[name]["phases"]
+        lines.append(f"| {name} | {p['to_json']:.3f} | {p['cpp']:.3f} | {p['build']:.3f} |")
+    lines += [
+        "",
+        "Where the time goes. fxremat: the C++ call is about 40% marshalling (Python dict -> JSON tree -> IR "
+        "on the way in; IR -> JSON tree -> Python dicts for the two emitted documents on the way out, per "
+        "`perf`), the rest CSE, the cut and extraction; `build` copies about 2 000 joint nodes into the two "
+        "GraphModules once each (no re-trace, no fake tensors rebuilt, the backward's autograd-engine order "
+        "computed on the document before any node exists). PyTorch (cProfile of the inductor pipeline): the "
+        "networkx max-flow (~30%), `reordering_to_mimic_autograd_engine` (~25%: it copies the backward "
+        "again, every `create_node` walking its arguments with pytree), `_extract_fwd_bwd_modules` (~15%, "
+        "three extractions), `fx_graph_cse` (~10%, a full graph copy) and two `recompile`s (~10%). The "
+        "inductor joint graph has many more recomputed nodes in the backward than the aot_eager one (no "
+        "decompositions), which is why PyTorch's reordering, and its time, grow there; fxremat's cost "
+        "follows the node count.",
+        "",
+        "All rounds (seconds):",
+        "",
+    ]
+    for name in args.pipelines:
+        r = results[name]
+        lines.append(f"- {name}: PyTorch {', '.join(f'{t:.3f}' for t in r['torch_all'])}; "
+                     f"fxremat {', '.join(f'{t:.3f}' for t in r['ours_all'])}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--repeat", type=int, default=7, help="rounds per pipeline (median reported; at least 5)")
+    ap.add_argument("--pipelines", nargs="+", default=["inductor", "aot_eager"], choices=["inductor", "aot_eager"])
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks_partition_fn.md"),
+                    help="markdown report to write ('-' for none)")
+    args = ap.parse_args(argv)
+    if args.repeat < 5:
+        ap.error("--repeat must be at least 5")
+    command = ".venv/bin/python bench/partition_fn_bench.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
+                                                                  if (argv if argv is not None else sys.argv[1:]) else "")
+    results: dict = {"load_before": " ".join(f"{x:.1f}" for x in os.getloadavg())}
+    for name in args.pipelines:
+        r = results[name] = _run(name, args.layers, args.repeat)
+        print(f"{name}: {r['nodes']} joint nodes, {r['saved']} saved; PyTorch min-cut {r['torch']:.3f} s, "
+              f"fxremat {r['ours']:.3f} s ({r['torch'] / r['ours']:.1f}x); fxremat phases "
+              + ", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()), flush=True)
+    results["load_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    if args.out != "-":
+        Path(args.out).write_text(_markdown(results, args, command))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    import torch  # noqa: F401  (fail early without torch)
+
+    sys.exit(main())

@@ -1,0 +1,868 @@
+"""A drop-in ``partition_fn`` for AOTAutograd, backed by the C++ partitioner.
+
+    fw, bw = fxremat.partition_fn()(joint_module, joint_inputs, num_fwd_outputs=n)
+
+What the C++ library decides, and what Python builds
+----------------------------------------------------
+The joint graph is encoded as the format's document (``fxremat.to_json``, a dict) and
+handed to ``fxremat._C.partition_document``, which runs the chosen partitioner (CSE,
+recompute-tag cleanup, min cut or default choice, extraction) and returns the forward
+and backward graphs *as documents* plus the signature. Those documents are the whole
+decision: which joint nodes go into each graph, in which order, which node stands for
+a CSE'd duplicate, which values are saved and at which positions.
+
+Python then builds the two ``fx.GraphModule``s from the **original joint graph's
+nodes**, looked up by name: every emitted node is a copy of the joint node of the same
+name (same target, the same Python argument objects, ``meta`` shallow-copied as FX's
+``node_copy`` does, so fake tensors, symbolic shapes, stack traces and AOTAutograd
+descriptors are the ones AOTAutograd traced). Only where a joint argument refers to a
+node the C++ CSE merged away is the document consulted, for the representative's name.
+No fake tensor is rebuilt and nothing is re-traced.
+
+While building, Python applies what PyTorch's ``min_cut_rematerialization_partition``
+does after extraction and the C++ library does not model:
+
+- the backward's node order mimics the autograd engine
+  (``reordering_to_mimic_autograd_engine``: recomputed forward ops right before their
+  first backward use, not all up front), computed on the document before any node is
+  created, so nodes are created once;
+- ``getitem`` nodes are raised to right after their producer (``raise_getitems``);
+- saved tensors marked ``saved_tensor_with_no_vc_check`` go last among the tensors;
+- with symbolic shapes, the symbol-binding nodes (``SymInt`` primals, unbacked-symbol
+  producers) of every symbol in a saved tensor's or tangent's shape are saved too, as
+  ``_extract_fwd_bwd_modules`` does, so the backward compiler can bind them.
+
+Positions are then checked against the signature (the one returned, renumbered when
+one of the last two steps moved anything). The modules honour AOTAutograd's runtime
+contract (Note [AOTAutograd runtime contract] in ``include/fxremat/partition.h``):
+forward outputs = user outputs, saved tensors, saved symints; backward inputs = saved
+symints, saved tensors, tangents.
+
+Records of every partition (time per phase, saved bytes) are kept for reports:
+:func:`partition_records`.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import gc
+import hashlib
+import operator
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from ._errors import UnsupportedGraphError
+
+PARTITIONERS = ("mincut", "default")
+
+# The min-cut knobs the C++ library takes, by their torch._functorch.config names
+# (passes/min_cut_partition.h, SetMinCutOption), plus fxremat's own max_flow.
+MINCUT_OPTIONS = (
+    "activation_memory_budget",
+    "aggressive_recomputation",
+    "ban_recompute_long_fusible_chains",
+    "ban_recompute_materialized_backward",
+    "ban_recompute_not_in_allowlist",
+    "ban_recompute_reductions",
+    "ban_recompute_used_far_apart",
+    "cse",
+    "max_dist_from_bw",
+    "max_flow",
+    "recompute_views",
+    "treat_parameters_as_free_to_save",
+)
+
+_NOT_YET = "is not implemented yet (its issue is not done); only {what}=None is accepted, got {value!r}"
+
+
+def check_not_implemented(policy: Any = None, offload: Any = None) -> None:
+    """Rejects the options whose features are placeholders for now."""
+    if policy is not None:
+        raise NotImplementedError("fxremat: rematerialization policies are not implemented yet; "
+                                  + _NOT_YET.format(what="policy", value=policy))
+    if offload is not None:
+        raise NotImplementedError("fxremat: offloading saved values " + _NOT_YET.format(what="offload", value=offload))
+
+
+def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
+    """Validates ``partitioner`` and the min-cut ``options``; returns them as the
+    extension's ``{name: text}`` map."""
+    from ._partition import _option_text
+
+    if partitioner not in PARTITIONERS:
+        raise ValueError(f"fxremat: unknown partitioner {partitioner!r} (available: {', '.join(PARTITIONERS)})")
+    opts: dict[str, str] = {}
+    for k, v in (options or {}).items():
+        if k not in MINCUT_OPTIONS:
+            raise ValueError(
+                f"fxremat: unknown min-cut option {k!r}; the options are functorch config names: "
+                + ", ".join(MINCUT_OPTIONS)
+            )
+        opts[k] = _option_text(v)
+    if opts and partitioner != "mincut":
+        raise ValueError(f"fxremat: min-cut options {sorted(opts)} do not apply to partitioner {partitioner!r}")
+    return opts
+
+
+# --------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionRecord:
+    """What one call of an fxremat ``partition_fn`` did.
+
+    ``seconds`` holds the wall time of each phase: ``to_json`` (encoding the joint
+    graph), ``cpp`` (the extension call: decoding, partitioning, emitting documents),
+    ``build`` (the GraphModules), ``dump`` and ``total``.
+    """
+
+    partitioner: str
+    joint_nodes: int
+    forward_nodes: int
+    backward_nodes: int
+    saved_bytes: int
+    num_saved: int
+    seconds: dict[str, float]
+    signature: dict = field(repr=False)
+    dump_dir: str | None = None
+    fallback: str | None = None  # why the PyTorch partitioner was used instead, if it was
+
+
+_RECORDS: collections.deque[PartitionRecord] = collections.deque(maxlen=1024)
+_RECORDS_LOCK = threading.Lock()
+
+
+def partition_records() -> list[PartitionRecord]:
+    """The records of the partitions done in this process (oldest first, at most 1024)."""
+    with _RECORDS_LOCK:
+        return list(_RECORDS)
+
+
+def clear_partition_records() -> None:
+    with _RECORDS_LOCK:
+        _RECORDS.clear()
+
+
+def _record(r: PartitionRecord) -> None:
+    with _RECORDS_LOCK:
+        _RECORDS.append(r)
+
+
+# --------------------------------------------------------------------------------------
+# Building GraphModules from the C++ documents and the joint graph's nodes
+# --------------------------------------------------------------------------------------
+
+
+def _refs(a: Any, out: list[str]) -> None:
+    """Names of the nodes a document argument refers to."""
+    if isinstance(a, list):
+        for x in a:
+            _refs(x, out)
+    elif isinstance(a, dict):
+        r = a.get("node")
+        if r is not None:
+            out.append(r)
+        else:
+            for v in a.values():
+                if isinstance(v, (list, dict)):
+                    _refs(v, out)
+
+
+def _autograd_order(entries: list[dict]) -> list[dict]:
+    """The backward's nodes in the order ``reordering_to_mimic_autograd_engine`` gives
+    (torch/_functorch/partitioners.py), computed on the document's node list."""
+    order = {e["name"]: i for i, e in enumerate(entries)}
+    inputs: dict[str, list[str]] = {}
+    first_bwd = len(entries)
+    tangents = {e["name"] for e in entries if e["op"] == "placeholder" and e.get("role") == "tangent"}
+    for i, e in enumerate(entries):
+        ins: list[str] = []
+        _refs(e.get("args", ()), ins)
+        _refs(e.get("kwargs", {}), ins)
+        inputs[e["name"]] = ins
+        if i < first_bwd and e["op"] != "placeholder" and any(r in tangents for r in ins):
+            first_bwd = i
+    if first_bwd == len(entries):  # no node uses a tangent: keep the order
+        return entries
+    out = [e for e in entries if e["op"] == "placeholder"]
+    emitted = {e["name"] for e in out}
+
+    def insert(name: str) -> None:
+        stack = [name]
+        found: set[str] = set()
+        while stack:
+            n = stack.pop()
+            if n in found or n in emitted:
+                continue
+            found.add(n)
+            stack.extend(inputs[n])
+        for n in sorted(found, key=order.__getitem__):
+            out.append(entries[order[n]])
+            emitted.add(n)
+
+    for e in entries[:first_bwd]:
+        if e["op"] == "call_function" and e.get("target") == "aten.copy_.default":
+            insert(e["name"])
+    for e in entries[first_bwd:]:
+        insert(e["name"])
+    return out
+
+
+def _map_with_doc(a: Any, j: Any, env: dict[str, fx.Node], where: str) -> Any:
+    """Maps a joint-graph argument, taking node references from the document's
+    argument at the same position (where the C++ CSE replaced a duplicate)."""
+    if isinstance(a, fx.Node):
+        if not (isinstance(j, dict) and "node" in j):
+            raise RuntimeError(f"fxremat internal error: {where}: the document has {j!r} where the joint graph has node {a.name}")
+        return env[j["node"]]
+    if isinstance(a, (list, tuple)):
+        if not isinstance(j, list) or len(j) != len(a):
+            raise RuntimeError(f"fxremat internal error: {where}: argument structure differs from the document's")
+        items = [_map_with_doc(x, y, env, where) for x, y in zip(a, j)]
+        return tuple(items) if isinstance(a, tuple) else items
+    if isinstance(a, dict):
+        return {k: _map_with_doc(v, j.get(k) if isinstance(j, dict) else None, env, where) for k, v in a.items()}
+    return a
+
+
+def _fast_create_node_available() -> bool:
+    g = fx.Graph()
+    return all(hasattr(g, a) for a in ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len"))
+
+
+# Graph.create_node walks every argument with pytree to warn about raw SymInt
+# arguments; that walk is a third of the cost of copying a graph. Copies of a traced
+# graph's nodes have no raw SymInts the original did not have, so the builder creates
+# its nodes the way create_node does, without the walk (when this torch has the same
+# internals; else through create_node).
+_FAST_CREATE = _fast_create_node_available()
+
+
+def _create_node(g: fx.Graph, op: str, target: Any, args: tuple, kwargs: dict, name: str, type_expr: Any) -> fx.Node:
+    if not _FAST_CREATE or g.owning_module is not None:
+        return g.create_node(op, target, args, kwargs, name, type_expr)
+    ns = g._graph_namespace
+    name = ns.create_name(name, None)
+    n = fx.Node(g, name, op, target, args, kwargs, type_expr)
+    ns.associate_name_with_obj(name, n)
+    g._insert(n)
+    g._find_nodes_lookup_table.insert(n)
+    g._len += 1
+    return n
+
+
+class _Builder:
+    """Builds a graph from a document's node list, copying joint nodes by name."""
+
+    def __init__(self, joint_nodes: dict[str, fx.Node], mark_backward: bool) -> None:
+        self.joint_nodes = joint_nodes
+        self.mark_backward = mark_backward
+        self.graph = fx.Graph()
+        self.env: dict[str, fx.Node] = {}
+
+    def joint_node(self, name: str) -> fx.Node:
+        n = self.joint_nodes.get(name)
+        if n is None:
+            raise RuntimeError(f"fxremat internal error: the partitioner emitted node {name!r}, which the joint graph lacks")
+        return n
+
+    def placeholder(self, name: str, new_name: str | None = None) -> fx.Node:
+        src = self.joint_node(name)
+        p = self.graph.placeholder(new_name or name)
+        # as _extract_graph_with_inputs_outputs: the input shares the joint node's meta
+        p.meta = src.meta
+        self.env[name] = p
+        return p
+
+    def copy(self, entry: dict) -> fx.Node:
+        name = entry["name"]
+        src = self.joint_node(name)
+        env = self.env
+        lookup = lambda n: env[n.name]  # noqa: E731
+        try:
+            args = fx.node.map_arg(src.args, lookup)
+            kwargs = fx.node.map_arg(src.kwargs, lookup)
+        except KeyError:  # an argument the C++ CSE merged into its representative
+            where = f"node {name!r}"
+            args = _map_with_doc(tuple(src.args), entry.get("args", []), env, where)
+            kwargs = _map_with_doc(dict(src.kwargs), entry.get("kwargs", {}), env, where)
+        n = _create_node(self.graph, src.op, src.target, args, kwargs, name, src.type)
+        n.meta = copy.copy(src.meta)
+        if self.mark_backward:
+            n.meta["autograd_backward"] = True
+        env[name] = n
+        return n
+
+    def ensure(self, src: fx.Node) -> fx.Node:
+        """The copy of joint node ``src``, copying it (and what it needs) if missing.
+        Used for symbol-binding nodes the forward document dropped as dead."""
+        if src.name in self.env:
+            return self.env[src.name]
+        for a in src.all_input_nodes:
+            self.ensure(a)
+        if src.op == "placeholder":
+            raise RuntimeError(f"fxremat internal error: placeholder {src.name} missing from the forward graph")
+        if self.graph.find_nodes(op="output"):
+            raise RuntimeError("fxremat internal error: ensure() after the output node")
+        n = self.graph.create_node(src.op, src.target, fx.node.map_arg(src.args, lambda x: self.env[x.name]),
+                                   fx.node.map_arg(src.kwargs, lambda x: self.env[x.name]), src.name, src.type)
+        n.meta = copy.copy(src.meta)
+        self.env[src.name] = n
+        return n
+
+    def finish(self, outputs: list[fx.Node | None], descs: list[Any] | None) -> fx.Graph:
+        g = self.graph
+        out = g.output(tuple(outputs))
+        if descs is not None:
+            out.meta["desc"] = descs
+        out.meta["output_stack_traces"] = [v.meta.get("stack_trace") if isinstance(v, fx.Node) else None for v in outputs]
+        # raise_getitems (torch/_functorch/compile_utils.py), without the recompile
+        for node in reversed(g.find_nodes(op="call_function", target=operator.getitem)):
+            ins = node.all_input_nodes
+            if len(ins) == 1:
+                ins[0].append(node)
+        return g
+
+
+@dataclass
+class Split:
+    """Forward and backward GraphModules and the signature that states their positions."""
+
+    forward: fx.GraphModule
+    backward: fx.GraphModule
+    signature: dict
+    seconds: dict[str, float]
+    forward_nodes: int = 0
+    backward_nodes: int = 0
+
+
+def _saved_entry_for_symbol(node: fx.Node) -> dict:
+    return {"name": node.name, "kind": "symint", "annotation": None, "forward_output_index": -1,
+            "backward_input_index": -1, "expr": str(node.meta["val"]), "bytes": 1}
+
+
+def build_modules(
+    joint_module: fx.GraphModule,
+    num_fwd_outputs: int,
+    fw_doc: dict,
+    bw_doc: dict,
+    signature: dict,
+    *,
+    tangent_slots: list[tuple[str, str | None, int]] | None = None,
+    reorder: bool = True,
+) -> tuple[fx.GraphModule, fx.GraphModule, dict]:
+    """The forward and backward GraphModules for the C++ partitioner's documents, built
+    from ``joint_module``'s nodes (see the module docstring). Returns the modules and
+    the signature, renumbered if saved values moved.
+
+    ``tangent_slots``, when given, lays out the backward's tangent inputs instead of
+    one per joint tangent: one ``(placeholder name, joint tangent name or None,
+    forward output index)`` per input; None makes an input the graph does not read.
+    Every joint tangent must appear once, in order. ``reorder``: order the backward as
+    the autograd engine would (PyTorch does for min-cut, and for the default partition
+    of graphs with recompute tags).
+    """
+    from torch._functorch._aot_autograd.descriptors import (
+        SavedForBackwardsAOTOutput,
+        SavedForBackwardsNoVcCheckAOTOutput,
+    )
+
+    graph = joint_module.graph
+    joint_nodes = {n.name: n for n in graph.nodes}
+    out_node = graph.output_node()
+    joint_outs = list(out_node.args[0])
+    joint_descs = out_node.meta.get("desc")
+    if not isinstance(joint_descs, (list, tuple)) or len(joint_descs) != len(joint_outs):
+        joint_descs = None
+
+    sig = signature
+    saved = sig["saved"]
+    saved_tensors = [s["name"] for s in sorted((s for s in saved if s["kind"] == "tensor"),
+                                                key=lambda s: s["forward_output_index"])]
+    saved_syms = [s["name"] for s in sorted((s for s in saved if s["kind"] != "tensor"),
+                                             key=lambda s: s["forward_output_index"])]
+    tangents = [t["name"] for t in sig["tangents"]]
+
+    # Note [Activations with no version counter checks in eager]: those go last.
+    no_vc = [n for n in saved_tensors if joint_nodes[n].meta.get("saved_tensor_with_no_vc_check", False)]
+    moved = False
+    if no_vc:
+        saved_tensors = [n for n in saved_tensors if n not in set(no_vc)] + no_vc
+        moved = True
+
+    # Symbol bindings (as _extract_fwd_bwd_modules): every free symbol of a saved
+    # value or tangent must be bound by a saved symint.
+    extra_syms: list[str] = []
+    if fw_doc.get("symbols"):
+        from torch.fx.experimental.symbolic_shapes import (
+            find_symbol_binding_fx_nodes,
+            free_symbols,
+            is_symbol_binding_fx_node,
+        )
+
+        bound: set[Any] = set()
+        binding, derived = [], []
+        for n in saved_syms:
+            s = is_symbol_binding_fx_node(joint_nodes[n])
+            if s is not None:
+                bound.add(s)
+                binding.append(n)
+            else:
+                derived.append(n)
+        bindings = find_symbol_binding_fx_nodes(graph)
+        for name in [*derived, *saved_tensors, *tangents]:
+            val = joint_nodes[name].meta.get("val")
+            if val is None:
+                continue
+            new = free_symbols(val) - bound
+            for s in sorted(new, key=lambda s: s.name):
+                if s in bindings and bindings[s].name not in binding:
+                    binding.append(bindings[s].name)
+                    extra_syms.append(bindings[s].name)
+            bound |= new
+        if binding + derived != saved_syms:
+            saved_syms = binding + derived
+            moved = True
+
+    # ---- forward ---------------------------------------------------------------------
+    fb = _Builder(joint_nodes, mark_backward=False)
+    fw_entries = fw_doc["nodes"]
+    for e in fw_entries:
+        op = e["op"]
+        if op == "placeholder":
+            fb.placeholder(e["name"])
+        elif op == "output":
+            user_outs = [None if r is None else fb.env[r["node"]] for r in e["args"][0][:num_fwd_outputs]]
+        else:
+            fb.copy(e)
+    for n in extra_syms:
+        fb.ensure(joint_nodes[n])
+    fw_outs = user_outs + [fb.env[n] for n in saved_tensors] + [fb.env[n] for n in saved_syms]
+    fw_descs = None
+    if joint_descs is not None:
+        n_t = len(saved_tensors)
+        first_no_vc = n_t - len(no_vc)
+        fw_descs = list(joint_descs[:num_fwd_outputs]) + [
+            SavedForBackwardsNoVcCheckAOTOutput(i) if first_no_vc <= i < n_t else SavedForBackwardsAOTOutput(i)
+            for i in range(n_t + len(saved_syms))
+        ]
+    fw_graph = fb.finish(fw_outs, fw_descs)
+
+    # ---- backward --------------------------------------------------------------------
+    bb = _Builder(joint_nodes, mark_backward=True)
+    for n in saved_syms:
+        bb.placeholder(n)
+    for n in saved_tensors:
+        bb.placeholder(n)
+    tangent_nodes: list[fx.Node] = []
+    if tangent_slots is None:
+        for n in tangents:
+            tangent_nodes.append(bb.placeholder(n))
+    else:
+        if [jn for _, jn, _ in tangent_slots if jn is not None] != tangents:
+            raise ValueError(f"tangent_slots {tangent_slots} do not list the joint tangents {tangents} in order")
+        for new_name, jn, _ in tangent_slots:
+            tangent_nodes.append(bb.placeholder(jn, new_name) if jn is not None else bb.graph.placeholder(new_name))
+    bw_outs: list[fx.Node | None] = []
+    doc_placeholders = 0
+    for e in (_autograd_order(bw_doc["nodes"]) if reorder else bw_doc["nodes"]):
+        op = e["op"]
+        if op == "placeholder":
+            doc_placeholders += 1
+            if e["name"] not in bb.env:
+                raise RuntimeError(f"fxremat internal error: backward input {e['name']!r} is not in the signature")
+        elif op == "output":
+            bw_outs = [None if r is None else bb.env[r["node"]] for r in e["args"][0]]
+        else:
+            bb.copy(e)
+    bw_descs = list(joint_descs[num_fwd_outputs:]) if joint_descs is not None else None
+    bw_graph = bb.finish(bw_outs, bw_descs)
+
+    if moved or extra_syms:
+        sig = _renumber(sig, saved_tensors, saved_syms, [joint_nodes[n] for n in extra_syms])
+    if tangent_slots is not None:
+        sig = dict(sig)
+        n_saved = len(sig["saved"])
+        sig["tangents"] = [
+            {"name": t.name, "backward_input_index": n_saved + k, "forward_output_index": j, "used": jn is not None}
+            for k, (t, (_, jn, j)) in enumerate(zip(tangent_nodes, tangent_slots))
+        ]
+        sig["backward"] = dict(sig["backward"], num_inputs=n_saved + len(tangent_slots))
+    _check_positions(fw_graph, bw_graph, sig, fb.env, bb.env, tangent_nodes)
+
+    from torch.fx._lazy_graph_module import _make_graph_module
+
+    return _make_graph_module(joint_module, fw_graph), _make_graph_module(joint_module, bw_graph), sig
+
+
+def _renumber(sig: dict, saved_tensors: list[str], saved_syms: list[str], extra: list[fx.Node]) -> dict:
+    sig = copy.deepcopy(sig)
+    by_name = {s["name"]: s for s in sig["saved"]}
+    for n in extra:
+        by_name[n.name] = _saved_entry_for_symbol(n)
+    nfo, nt, ns = sig["num_fwd_outputs"], len(saved_tensors), len(saved_syms)
+    entries = []
+    for k, n in enumerate(saved_tensors):
+        by_name[n].update(forward_output_index=nfo + k, backward_input_index=ns + k)
+        entries.append(by_name[n])
+    for k, n in enumerate(saved_syms):
+        by_name[n].update(forward_output_index=nfo + nt + k, backward_input_index=k)
+        entries.append(by_name[n])
+    sig["saved"] = entries
+    added = len(entries) - (sig["forward"]["num_outputs"] - nfo)
+    sig["forward"]["num_outputs"] += added
+    sig["backward"]["num_inputs"] += added
+    for t in sig["tangents"]:
+        t["backward_input_index"] += added
+    sig["saved_bytes"] = sum(int(s["bytes"]) for s in entries)
+    return sig
+
+
+def _check_positions(fw: fx.Graph, bw: fx.Graph, sig: dict, fw_env: dict[str, fx.Node],
+                     bw_env: dict[str, fx.Node], tangent_nodes: list[fx.Node]) -> None:
+    """Every saved value at the forward-output and backward-input index the signature
+    states, and the counts it states."""
+    fw_out = fw.output_node().args[0]
+    bw_in = bw.find_nodes(op="placeholder")
+    problems = []
+    if len(fw_out) != sig["forward"]["num_outputs"]:
+        problems.append(f"forward returns {len(fw_out)} values, the signature says {sig['forward']['num_outputs']}")
+    if len(bw_in) != sig["backward"]["num_inputs"]:
+        problems.append(f"backward takes {len(bw_in)} inputs, the signature says {sig['backward']['num_inputs']}")
+    if len(bw_in) - len(sig["saved"]) != len(tangent_nodes):
+        problems.append(f"backward has {len(bw_in) - len(sig['saved'])} tangent inputs, expected {len(tangent_nodes)}")
+    if not problems:
+        for s in sig["saved"]:
+            f, b = s["forward_output_index"], s["backward_input_index"]
+            if fw_out[f] is not fw_env.get(s["name"]) or bw_in[b] is not bw_env.get(s["name"]):
+                problems.append(f"saved {s['name']!r} is not at forward output {f} / backward input {b}")
+        for t, node in zip(sig["tangents"], tangent_nodes):
+            if bw_in[t["backward_input_index"]] is not node:
+                problems.append(f"tangent {t['name']!r} is not at backward input {t['backward_input_index']}")
+    if problems:
+        raise RuntimeError("fxremat internal error: the built graphs violate the signature: " + "; ".join(problems))
+
+
+# --------------------------------------------------------------------------------------
+# Splitting a joint graph
+# --------------------------------------------------------------------------------------
+
+
+def _hint_of(d: Any) -> int | None:
+    if isinstance(d, torch.SymInt):
+        hint = d.node.hint
+        return int(hint) if hint is not None else None
+    return int(d) if isinstance(d, int) else None
+
+
+def _hint_facts(facts: Any, val: Any, symbols: dict) -> None:
+    """Adds ``"hint"`` to the symbolic dims of ``facts`` that are expressions, not
+    plain symbols (the C++ reader looks plain symbols up in ``symbols`` and needs the
+    hint of anything else), from the fake value's symbolic sizes."""
+    if not isinstance(facts, dict):
+        return
+    if facts.get("kind") == "tuple" and isinstance(val, (list, tuple)):
+        for f, v in zip(facts.get("items", ()), val):
+            _hint_facts(f, v, symbols)
+        return
+    if facts.get("kind") != "tensor" or not isinstance(val, torch.Tensor):
+        return
+    for key, dims in (("shape", val.shape), ("stride", val.stride())):
+        for d, actual in zip(facts.get(key, ()), dims):
+            if isinstance(d, dict) and "hint" not in d and d.get("sym") not in symbols:
+                hint = _hint_of(actual)
+                if hint is not None:
+                    d["hint"] = hint
+
+
+def _add_dim_hints(doc: dict, graph: fx.Graph) -> None:
+    symbols = doc.get("symbols") or {}
+    nodes = {n.name: n for n in graph.nodes}
+    for entry in doc["nodes"]:
+        meta = entry.get("meta")
+        if meta and "val" in meta and entry["name"] in nodes:
+            _hint_facts(meta["val"], nodes[entry["name"]].meta.get("val"), symbols)
+
+
+def _has_recompute_tags(graph: fx.Graph) -> bool:
+    """PyTorch's has_recomputable_ops: a node tagged MUST_ or PREFER_RECOMPUTE."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    tags = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
+    return any(n.meta.get("recompute") in tags for n in graph.nodes)
+
+
+class _NoGC:
+    """Pauses the cyclic garbage collector: encoding a large graph allocates ~10^5
+    acyclic objects (freed by reference counting), which otherwise triggers full
+    collections that walk every object in the process (the occasional 0.4 s outlier)."""
+
+    def __enter__(self):
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was:
+            gc.enable()
+
+
+def split_joint(
+    joint_module: fx.GraphModule,
+    num_fwd_outputs: int,
+    partitioner: str = "mincut",
+    options: dict[str, str] | None = None,
+    static_lifetime_input_indices: Sequence[int] | None = None,
+    *,
+    doc: dict | None = None,
+    tangent_slots: list[tuple[str, str | None, int]] | None = None,
+) -> Split:
+    """Partitions ``joint_module`` with the C++ partitioner and builds the two modules.
+
+    ``options`` are already validated extension options (:func:`check_partitioner`).
+    ``doc`` is the joint graph's document, when the caller has it.
+    """
+    from ._format import to_json
+    from ._partition import _extension, _option_text
+
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with _NoGC():
+        if doc is None:
+            doc = to_json(joint_module, kind="joint", num_fwd_outputs=num_fwd_outputs)
+            # Stack traces are most of the document's text and the partitioner does
+            # not read them; the built graphs take them from the joint graph's meta.
+            for entry in doc["nodes"]:
+                meta = entry.get("meta")
+                if meta:
+                    meta.pop("stack_trace", None)
+        if doc.get("symbols"):
+            _add_dim_hints(doc, joint_module.graph)
+        t1 = time.perf_counter()
+        opts = dict(options or {})
+        if static_lifetime_input_indices is not None and partitioner == "mincut":
+            opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
+        fw_doc, bw_doc, signature = _extension().partition_document(doc, partitioner, opts)
+        t2 = time.perf_counter()
+        reorder = partitioner == "mincut" or _has_recompute_tags(joint_module.graph)
+        fw, bw, signature = build_modules(joint_module, num_fwd_outputs, fw_doc, bw_doc, signature,
+                                          tangent_slots=tangent_slots, reorder=reorder)
+        t3 = time.perf_counter()
+    seconds.update(to_json=t1 - t0, cpp=t2 - t1, build=t3 - t2)
+    return Split(fw, bw, signature, seconds, forward_nodes=len(fw_doc["nodes"]), backward_nodes=len(bw_doc["nodes"]))
+
+
+# --------------------------------------------------------------------------------------
+# Dumps
+# --------------------------------------------------------------------------------------
+
+_DUMP_COUNTER = 0
+_DUMP_LOCK = threading.Lock()
+
+
+def _shape_text(s: dict) -> str:
+    if s.get("kind") != "tensor":
+        return f"Sym({s.get('expr', '?')})" if s.get("kind") == "symint" else str(s.get("kind"))
+    dims = []
+    for d in s.get("shape", []):
+        dims.append(str(d["sym"]) if isinstance(d, dict) else str(d))
+    dt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
+          "int32": "i32", "bool": "b8", "uint8": "u8", "int8": "i8"}.get(s.get("dtype", ""), s.get("dtype", "?"))
+    return f"{dt}[{', '.join(dims)}]"
+
+
+def residual_report(signature: dict, joint_module: fx.GraphModule | None = None) -> str:
+    """One line per saved value (forward-output / backward-input index, shape and
+    dtype, name, source op, bytes), then the totals."""
+    nodes = {n.name: n for n in joint_module.graph.nodes} if joint_module is not None else {}
+    lines = [f"# partitioner={signature.get('partitioner')} saved={len(signature['saved'])} "
+             f"num_fwd_outputs={signature['num_fwd_outputs']}",
+             "# fw_out bw_in  shape/dtype  name  source  bytes"]
+    for s in sorted(signature["saved"], key=lambda s: s["forward_output_index"]):
+        n = nodes.get(s["name"])
+        if n is None:
+            source = "?"
+        elif n.op == "placeholder":
+            source = "placeholder" + (f" {n.meta['fxremat_path']}" if n.meta.get("fxremat_path") else "")
+        else:
+            source = str(n.target)
+        ann = f" [{s['annotation']}]" if s.get("annotation") else ""
+        lines.append(f"{s['forward_output_index']:6d} {s['backward_input_index']:5d}  {_shape_text(s)}  "
+                     f"{s['name']}{ann}  {source}  {int(s['bytes'])}")
+    total = sum(int(s["bytes"]) for s in signature["saved"])
+    n_t = sum(1 for s in signature["saved"] if s["kind"] == "tensor")
+    lines.append(f"# total: {len(signature['saved'])} saved values ({n_t} tensors, "
+                 f"{len(signature['saved']) - n_t} symints), {total} bytes ({total / 2**20:.3f} MiB)")
+    return "\n".join(lines) + "\n"
+
+
+def dump_partition(dump_dir: str | os.PathLike, fw: fx.GraphModule, bw: fx.GraphModule, signature: dict,
+                   joint_module: fx.GraphModule | None = None, label: str | None = None) -> str:
+    """Writes ``forward.json.gz``, ``backward.json.gz``, ``signature.json`` and
+    ``residuals.txt`` to a new directory under ``dump_dir``; returns its path."""
+    import json
+
+    from ._format import save
+
+    global _DUMP_COUNTER
+    with _DUMP_LOCK:
+        index = _DUMP_COUNTER
+        _DUMP_COUNTER += 1
+    if label is None:
+        try:
+            from torch._guards import CompileContext
+
+            cid = CompileContext.current_compile_id()
+            label = str(cid) if cid is not None else None
+        except Exception:  # noqa: BLE001 - a label is cosmetic
+            label = None
+    name = f"partition_{os.getpid()}_{index:03d}" + (f"_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}" if label else "")
+    path = os.path.join(os.fspath(dump_dir), name)
+    os.makedirs(path, exist_ok=True)
+    save(fw, os.path.join(path, "forward.json.gz"), kind="forward")
+    save(bw, os.path.join(path, "backward.json.gz"), kind="backward")
+    with open(os.path.join(path, "signature.json"), "w") as f:
+        json.dump(signature, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(path, "residuals.txt"), "w") as f:
+        f.write(residual_report(signature, joint_module))
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# The partition_fn
+# --------------------------------------------------------------------------------------
+
+_UUID_CACHE: dict[str, str] = {}
+
+
+def _implementation_hash() -> str:
+    """Identifies this implementation for compile caches: fxremat's version, the
+    Python sources that decide the graphs, and the extension's size and mtime."""
+    h = _UUID_CACHE.get("impl")
+    if h is None:
+        from . import __version__
+
+        d = hashlib.sha256(__version__.encode())
+        here = os.path.dirname(os.path.abspath(__file__))
+        for f in ("_partition_fn.py", "_format.py", "_partition.py"):
+            with open(os.path.join(here, f), "rb") as fh:
+                d.update(fh.read())
+        try:
+            from ._partition import _extension
+
+            st = os.stat(_extension().__file__)
+            d.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+        except Exception as e:  # noqa: BLE001 - reported when partitioning
+            d.update(repr(e).encode())
+        h = _UUID_CACHE["impl"] = d.hexdigest()
+    return h
+
+
+class FxrematPartitionFn:
+    """The callable :func:`partition_fn` returns (see there)."""
+
+    def __init__(self, partitioner: str = "mincut", options: dict | None = None, *, policy: Any = None,
+                 offload: Any = None, dump_dir: str | os.PathLike | None = None, fallback: bool = False) -> None:
+        check_not_implemented(policy, offload)
+        self.partitioner = partitioner
+        self.options = dict(options or {})
+        self.extension_options = check_partitioner(partitioner, self.options)
+        self.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
+        self.fallback = bool(fallback)
+
+    def __repr__(self) -> str:
+        return f"fxremat.partition_fn(partitioner={self.partitioner!r}, options={self.options!r})"
+
+    def uuid(self) -> str:
+        """A key for compile caches (Inductor's ``CustomPartitionerFn`` protocol)."""
+        return hashlib.sha256(repr((_implementation_hash(), self.partitioner, sorted(self.extension_options.items()),
+                                    self.dump_dir, self.fallback)).encode()).hexdigest()
+
+    def __call__(self, joint_module: fx.GraphModule, joint_inputs: Any = None, *, num_fwd_outputs: int,
+                 static_lifetime_input_indices: Sequence[int] | None = None, **_ignored: Any):
+        t0 = time.perf_counter()
+        nodes = len(joint_module.graph.nodes)
+        try:
+            split = split_joint(joint_module, num_fwd_outputs, self.partitioner, self.extension_options,
+                                static_lifetime_input_indices)
+        except UnsupportedGraphError as e:
+            if not self.fallback:
+                raise UnsupportedGraphError(
+                    f"fxremat cannot partition this joint graph: {e}. Pass options={{'fallback': True}} to the "
+                    "backend (or fallback=True to fxremat.partition_fn) to use PyTorch's partitioner for such graphs"
+                ) from e
+            return self._fallback(joint_module, joint_inputs, num_fwd_outputs, static_lifetime_input_indices, str(e), t0, nodes)
+        seconds = dict(split.seconds)
+        where = None
+        if self.dump_dir is not None:
+            td = time.perf_counter()
+            where = dump_partition(self.dump_dir, split.forward, split.backward, split.signature, joint_module)
+            seconds["dump"] = time.perf_counter() - td
+        seconds["total"] = time.perf_counter() - t0
+        _record(PartitionRecord(
+            partitioner=self.partitioner, joint_nodes=nodes, forward_nodes=split.forward_nodes,
+            backward_nodes=split.backward_nodes, saved_bytes=int(split.signature["saved_bytes"]),
+            num_saved=len(split.signature["saved"]), seconds=seconds, signature=split.signature, dump_dir=where))
+        return split.forward, split.backward
+
+    def _fallback(self, joint_module, joint_inputs, nfo, static, why, t0, nodes):
+        import warnings
+
+        from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+
+        warnings.warn(f"fxremat: using PyTorch's {self.partitioner} partitioner for a graph fxremat cannot encode: {why}")
+        ref = min_cut_rematerialization_partition if self.partitioner == "mincut" else default_partition
+        fw, bw = ref(joint_module, joint_inputs, num_fwd_outputs=nfo, static_lifetime_input_indices=static)
+        saved = fw.graph.output_node().args[0][nfo:]
+        nbytes = 0
+        for n in saved:
+            v = n.meta.get("val") if isinstance(n, fx.Node) else None
+            if isinstance(v, torch.Tensor):
+                nbytes += int(v.numel()) * v.element_size()
+        _record(PartitionRecord(
+            partitioner=self.partitioner, joint_nodes=nodes, forward_nodes=len(fw.graph.nodes),
+            backward_nodes=len(bw.graph.nodes), saved_bytes=nbytes, num_saved=len(saved),
+            seconds={"total": time.perf_counter() - t0}, signature={}, fallback=why))
+        return fw, bw
+
+
+def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, policy: Any = None,
+                 offload: Any = None, dump_dir: str | os.PathLike | None = None,
+                 fallback: bool = False) -> Callable[..., tuple[fx.GraphModule, fx.GraphModule]]:
+    """A ``partition_fn`` for AOTAutograd backed by fxremat's C++ partitioner.
+
+    Use it as ``aot_autograd(fw_compiler=..., partition_fn=fxremat.partition_fn())`` or
+    ``aot_function(f, fw_compiler, bw_compiler, partition_fn=fxremat.partition_fn())``.
+    The callable has AOTAutograd's signature ``(joint_module, joint_inputs, *,
+    num_fwd_outputs, static_lifetime_input_indices=None, **kw)`` and returns the forward
+    and backward ``fx.GraphModule`` under AOTAutograd's runtime contract (forward
+    outputs: user outputs, saved tensors, saved symints; backward inputs: saved
+    symints, saved tensors, tangents).
+
+    ``partitioner``: ``"mincut"`` (functorch's ``min_cut_rematerialization_partition``)
+    or ``"default"`` (``default_partition``). ``options``: min-cut knobs under their
+    ``torch._functorch.config`` names (:data:`MINCUT_OPTIONS`); unknown names are an
+    error. ``static_lifetime_input_indices`` from AOTAutograd is passed through.
+    ``policy`` and ``offload`` are placeholders: anything but ``None`` raises
+    ``NotImplementedError`` until those features exist. ``dump_dir``: write every
+    partition's graphs, signature and residual report to a new directory under it.
+    ``fallback``: for a joint graph the format cannot encode (higher-order operators,
+    opaque objects), use PyTorch's partitioner of the same name with a warning instead
+    of raising :class:`fxremat.UnsupportedGraphError`.
+
+    The callable also has ``uuid()``, so the backend can hand it to Inductor as a
+    ``CustomPartitionerFn``. Each call appends a :class:`PartitionRecord` (phase times,
+    saved bytes) to :func:`partition_records`.
+    """
+    return FxrematPartitionFn(partitioner, options, policy=policy, offload=offload, dump_dir=dump_dir,
+                              fallback=fallback)

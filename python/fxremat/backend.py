@@ -1,0 +1,180 @@
+"""The ``torch.compile`` backend ``"fxremat"``.
+
+    torch.compile(model, backend="fxremat")
+    torch.compile(model, backend="fxremat", options={"compiler": "aot_eager", "dump_dir": "out/"})
+
+It is registered through the ``torch_dynamo_backends`` entry point (see
+``python/pyproject.toml``), so a script needs no ``import fxremat``: Dynamo finds the
+name and loads :func:`fxremat_backend` on first use.
+
+The backend runs AOTAutograd with fxremat's partitioner (:func:`fxremat.partition_fn`)
+and hands the forward and backward graphs to a compiler:
+
+- ``"inductor"`` (default): Inductor's whole pipeline (its decompositions and
+  joint-graph passes, then fxremat's partition through Inductor's
+  ``custom_partitioner_fn`` hook, then Inductor's code generation). ``mode`` is passed
+  on as Inductor's mode options.
+- ``"aot_eager"``: AOTAutograd without decompositions; the two graphs run as plain
+  Python ``GraphModule`` code (PyTorch's ``boxed_nop``), as the ``aot_eager`` backend.
+- ``"eager"``: as ``aot_eager``, but the graphs run node by node through
+  ``torch.fx.Interpreter`` (slow; errors name the node; breakpoints work).
+
+Options (``options={...}``), all optional:
+
+==========================  =============================================================
+``compiler``                ``"inductor"`` | ``"aot_eager"`` | ``"eager"``
+``partitioner``             ``"mincut"`` (default) | ``"default"``
+``policy``                  placeholder: only ``None`` (policies are not implemented yet)
+``offload``                 placeholder: only ``None`` (offloading is not implemented yet)
+``dump_dir``                write each partition's ``forward.json.gz``,
+                            ``backward.json.gz``, ``signature.json`` and
+                            ``residuals.txt`` to a new directory under it (disables the
+                            AOTAutograd cache for the compile, so that partitioning runs)
+``dump``                    ``True``: as ``dump_dir`` with ``$FXREMAT_DUMP_DIR`` or
+                            ``./fxremat_dump``
+``fallback``                ``True``: graphs the format cannot encode (higher-order ops)
+                            go to PyTorch's partitioner, with a warning
+min-cut options             ``torch._functorch.config`` names, passed to the C++ min cut:
+                            ``recompute_views``, ``aggressive_recomputation``,
+                            ``ban_recompute_*``, ``treat_parameters_as_free_to_save``,
+                            ``cse``, ``max_dist_from_bw``, ``activation_memory_budget``
+                            (1.0 or 0.0), ``max_flow``
+==========================  =============================================================
+
+Unknown option names are an error that lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ._partition_fn import MINCUT_OPTIONS, check_not_implemented, check_partitioner, partition_fn
+
+COMPILERS = ("inductor", "aot_eager", "eager")
+BACKEND_OPTIONS = ("compiler", "partitioner", "policy", "offload", "dump_dir", "dump", "fallback")
+
+
+@dataclass
+class BackendOptions:
+    compiler: str = "inductor"
+    partitioner: str = "mincut"
+    policy: Any = None
+    offload: Any = None
+    dump_dir: str | None = None
+    fallback: bool = False
+    mincut: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: dict | None) -> "BackendOptions":
+        o = cls()
+        options = dict(options or {})
+        unknown = sorted(k for k in options if k not in BACKEND_OPTIONS and k not in MINCUT_OPTIONS)
+        if unknown:
+            raise ValueError(
+                f"fxremat backend: unknown option(s) {unknown}; valid options: {', '.join(BACKEND_OPTIONS)}, "
+                f"and the min-cut options {', '.join(MINCUT_OPTIONS)}"
+            )
+        o.compiler = options.pop("compiler", o.compiler)
+        if o.compiler not in COMPILERS:
+            raise ValueError(f"fxremat backend: unknown compiler {o.compiler!r} (available: {', '.join(COMPILERS)})")
+        o.partitioner = options.pop("partitioner", o.partitioner)
+        o.policy = options.pop("policy", None)
+        o.offload = options.pop("offload", None)
+        check_not_implemented(o.policy, o.offload)
+        dump_dir = options.pop("dump_dir", None)
+        if options.pop("dump", False) and dump_dir is None:
+            dump_dir = os.environ.get("FXREMAT_DUMP_DIR") or "fxremat_dump"
+        if dump_dir is not None and not isinstance(dump_dir, (str, os.PathLike)):
+            raise TypeError(f"fxremat backend: dump_dir must be a path, got {type(dump_dir).__name__}")
+        o.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
+        o.fallback = bool(options.pop("fallback", False))
+        o.mincut = options  # only min-cut names are left
+        check_partitioner(o.partitioner, o.mincut)
+        return o
+
+
+def _inductor_partitioner_class() -> type:
+    """``FxrematInductorPartitioner``: an fxremat partition_fn as Inductor's
+    ``CustomPartitionerFn``. Made on first use (importing ``torch._inductor`` is slow)
+    and published as this module's attribute, so that Inductor's caches can pickle it."""
+    cls = globals().get("FxrematInductorPartitioner")
+    if cls is None:
+        from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+        class FxrematInductorPartitioner(CustomPartitionerFn):
+            def __init__(self, fn: Any) -> None:
+                self.fn = fn
+
+            def __call__(self, gm, joint_inputs, **kwargs):
+                kwargs.pop("compiler", None)
+                return self.fn(gm, joint_inputs, **kwargs)
+
+            def uuid(self) -> Any:
+                return self.fn.uuid()
+
+            def __repr__(self) -> str:
+                return f"FxrematInductorPartitioner({self.fn!r})"
+
+        FxrematInductorPartitioner.__module__ = __name__
+        FxrematInductorPartitioner.__qualname__ = "FxrematInductorPartitioner"
+        cls = globals()["FxrematInductorPartitioner"] = FxrematInductorPartitioner
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FxrematInductorPartitioner":  # unpickling in a fresh process
+        return _inductor_partitioner_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _interpreter_compiler(gm, example_inputs):
+    """Runs a graph node by node through ``torch.fx.Interpreter`` (the "eager" compiler)."""
+    import torch.fx
+
+    def run(args):
+        return torch.fx.Interpreter(gm).boxed_run(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def fxremat_backend(gm, example_inputs: Sequence[Any], *, options: dict | None = None, mode: str | None = None):
+    """The ``"fxremat"`` backend: ``torch.compile(model, backend="fxremat", options=...)``.
+
+    See the module docstring for the options.
+    """
+    import torch
+
+    o = BackendOptions.parse(options)
+    pf = partition_fn(o.partitioner, o.mincut, policy=o.policy, offload=o.offload, dump_dir=o.dump_dir,
+                      fallback=o.fallback)
+    # Partitioning happens while this function runs; a cache hit in the AOTAutograd
+    # cache would skip it, and with it the dump.
+    patches = {"enable_autograd_cache": False} if o.dump_dir is not None else {}
+    with torch._functorch.config.patch(patches):
+        if o.compiler == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            config_patches: dict[str, Any] = {}
+            if mode is not None and mode != "default":
+                config_patches.update(torch._inductor.list_mode_options(mode))
+            config_patches["custom_partitioner_fn"] = _inductor_partitioner_class()(pf)
+            return compile_fx(gm, example_inputs, config_patches=config_patches)
+
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.debugging import boxed_nop
+
+        compiler = boxed_nop if o.compiler == "aot_eager" else _interpreter_compiler
+        return aot_autograd(fw_compiler=compiler, bw_compiler=compiler, partition_fn=pf,
+                            keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+def register() -> None:
+    """Registers the backend with Dynamo by name. Not needed where the package is
+    installed (the entry point does it); useful when it runs from a source tree."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if "fxremat" not in _COMPILER_FNS:
+        register_backend(compiler_fn=fxremat_backend, name="fxremat")
