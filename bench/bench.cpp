@@ -28,13 +28,11 @@
 #include "fxremat/ir.h"
 #include "fxremat/partition.h"
 #include "fxremat/serialize.h"
-#include "passes/default_partition.h"
-#if FXREMAT_BENCH_HAVE_MINCUT
 #include "passes/cleanup_recompute_tags.h"
 #include "passes/cse.h"
+#include "passes/default_partition.h"
 #include "passes/min_cut_partition.h"
 #include "src/max_flow.h"
-#endif
 
 using namespace fxremat;
 
@@ -107,11 +105,6 @@ int main(int argc, char** argv) {
     }
   }
   if (path.empty()) Usage("GRAPH is required");
-#if !FXREMAT_BENCH_HAVE_MINCUT
-  if (partitioner == "mincut")
-    Usage("this build has no min-cut partitioner (passes/min_cut_partition.cpp is not in fxremat::core); "
-          "use --partitioner default");
-#endif
   if (partitioner != "mincut" && partitioner != "default")
     Usage(fmt::format("unknown partitioner '{}' (mincut, default)", partitioner));
 
@@ -147,9 +140,7 @@ int main(int argc, char** argv) {
       saved_bytes = part->signature.savedBytes();
       saved_count = static_cast<int64_t>(part->signature.saved.size());
     }
-  }
-#if FXREMAT_BENCH_HAVE_MINCUT
-  else {
+  } else {
     MinCutOptions options;
     if (!max_flow.empty() && !MaxFlowAlgorithmFromName(max_flow, options.max_flow))
       Usage(fmt::format("unknown max-flow algorithm '{}'", max_flow));
@@ -187,7 +178,6 @@ int main(int argc, char** argv) {
         JsonString(MaxFlowAlgorithmName(options.max_flow)), Ms(t_prep0, t_prep1), last.network_nodes,
         last.network_edges, last.cut_value, last.banned_nodes.size());
   }
-#endif
 
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);

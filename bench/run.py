@@ -2,7 +2,7 @@
 """fxremat's partitioner against PyTorch's on joint graphs from 400 to 2M nodes.
 
     .venv/bin/python bench/run.py [--build build] [--repeat 5] [--partitioner mincut]
-                                  [--only NAME ...] [--torch-limit-s 240] [--torch-budget-s 600]
+                                  [--only NAME ...] [--torch-limit-s 240] [--torch-budget-s 900]
 
 For every graph that bench/make_graphs.py made (bench/out/graphs/), smallest first,
 in this one process:
@@ -341,6 +341,25 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
     add("traces for that module, checked by `bench/check_synth.py`), width 256, MLP 1024, batch")
     add("2 × 128.")
     add("")
+    manifest = meta.get("manifest", {})
+    made = [r for r in rows if r["name"] in manifest]
+    if made:
+        add("How long making each graph took (`bench/make_graphs.py`, one process per model; model")
+        add("construction on the meta device, then `fxremat.export_joint`, then saving the .json.gz):")
+        add("")
+        add("| graph | nodes | file (.json.gz) | made by | time to make |")
+        add("|---|---:|---:|---|---:|")
+        for r in made:
+            e = manifest[r["name"]]
+            if "export_s" in e:
+                how = "`fxremat.export_joint` (Dynamo + AOTAutograd, fake tensors)"
+                took = (f"export {e['export_s']:.1f} s (+ model {e['build_model_s']:.1f} s, "
+                        f"save {e['save_s']:.1f} s)")
+            else:
+                how = f"`fxremat_synth`, {e.get('layers', '?')} blocks"
+                took = f"{e['generate_s']:.1f} s + gzip write {e['write_s']:.1f} s"
+            add(f"| `{r['name']}` | {r['nodes']:,} | {fmt_bytes(e.get('file_bytes'))} | {how} | {took} |")
+        add("")
     add("## Results")
     add("")
     add(f"![time against node count, log-log]({png_name})")
@@ -371,16 +390,22 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
             + ", ".join(f"`{r['name']}` {r['torch_runs']}" for r in fewer) + ".")
         add("")
     add(f"The CLI column includes a fixed {fmt_ms(meta['cli_startup_ms'])} of process start-up (median wall time "
-        "of `fxremat --version`: the CLI links libtorch, for `verify`).")
+        "of `fxremat --version`).")
     add("")
     add("Time spent outside the timed regions, for context (medians): fxremat's C++ load of the "
         "graph file (once per `fxremat_bench` process; the CLI pays it on every run) and Python's "
         "`fxremat.load` before each PyTorch run:")
     add("")
-    add("| graph | C++ load | `fxremat.load` |")
-    add("|---|---:|---:|")
+    add("The middle column estimates what the CLI spends beyond start-up, load and the pass (mostly")
+    add("serializing and writing the two graphs and the signature): CLI − start-up − C++ load − pass")
+    add("(≈ 0 where that is within the noise).")
+    add("")
+    add("| graph | C++ load | CLI − start-up − load − pass | `fxremat.load` |")
+    add("|---|---:|---:|---:|")
     for r in rows:
-        add(f"| `{r['name']}` | {fmt_ms(r.get('load_ms'))} | {fmt_ms(r.get('torch_load_median_ms'))} |")
+        rest = r["cli_median_ms"] - meta["cli_startup_ms"] - r["load_ms"] - r["partition_median_ms"]
+        add(f"| `{r['name']}` | {fmt_ms(r.get('load_ms'))} | {fmt_ms(rest) if rest > 0 else '≈ 0'} "
+            f"| {fmt_ms(r.get('torch_load_median_ms'))} |")
     add("")
     add("## Targets")
     add("")
@@ -416,20 +441,35 @@ def evaluate_targets(rows: list[dict], meta: dict) -> list[str]:
         out.append(f"Speed-up targets: PyTorch ran on no graph of ≥ {LARGE:,} nodes, so they were not evaluated.")
     cmp_rows = [r for r in rows if r.get("torch_saved_bytes") is not None]
     worse = [r for r in cmp_rows if r["saved_bytes"] > r["torch_saved_bytes"]]
-    out.append(f"Saved bytes ≤ PyTorch's: {'**met**' if not worse else '**not met**'} on "
-               f"{len(cmp_rows) - len(worse)} of {len(cmp_rows)} graphs"
-               + (" (more on " + ", ".join(f"`{r['name']}` +{r['saved_bytes'] - r['torch_saved_bytes']:,} B" for r in worse) + ")"
-                  if worse else "")
-               + f"; equal on {sum(r['saved_bytes'] == r['torch_saved_bytes'] for r in cmp_rows)}.")
+    if not cmp_rows:
+        out.append("Saved bytes ≤ PyTorch's: not evaluated (PyTorch ran on no graph).")
+    else:
+        out.append(f"Saved bytes ≤ PyTorch's: {'**met**' if not worse else '**not met**'} on "
+                   f"{len(cmp_rows) - len(worse)} of {len(cmp_rows)} graphs"
+                   + (" (more on " + ", ".join(f"`{r['name']}` +{r['saved_bytes'] - r['torch_saved_bytes']:,} B" for r in worse) + ")"
+                      if worse else "")
+                   + f"; equal on {sum(r['saved_bytes'] == r['torch_saved_bytes'] for r in cmp_rows)}.")
     synth = [r for r in rows if r["name"].startswith("synth_")]
-    parts = []
-    for key, label in (("solver_median_ms", "solver"), ("partition_median_ms", "pass"), ("cli_median_ms", "CLI"),
-                       ("torch_median_ms", "PyTorch")):
-        b = fit_exponent([(r["nodes"], r[key]) for r in synth if r.get(key)])
-        if b is not None:
-            parts.append(f"{label} {b:.2f}")
-    out.append("Time ~ linear in node count: fitted exponent b of time ∝ nodes^b over the synthetic graphs "
-               "(1.00 is linear): " + ", ".join(parts) + ".")
+
+    def exponents(graphs: list[dict]) -> list[str]:
+        parts = []
+        for key, label in (("solver_median_ms", "solver"), ("partition_median_ms", "pass"),
+                           ("cli_median_ms", "CLI"), ("torch_median_ms", "PyTorch")):
+            b = fit_exponent([(r["nodes"], r[key]) for r in graphs if r.get(key)])
+            if b is not None:
+                parts.append(f"{label} {b:.2f}")
+        return parts
+
+    if len(synth) >= 2:
+        line = ("Time ~ linear in node count: fitted exponent b of time ∝ nodes^b over the synthetic graphs "
+                "(1.00 is linear): from " + f"{synth[0]['nodes']:,}" + " nodes: " + ", ".join(exponents(synth)))
+        big_synth = [r for r in synth if r["nodes"] >= LARGE]
+        if 2 <= len(big_synth) < len(synth):
+            line += (f"; from {LARGE:,} nodes (where fixed costs such as the CLI's start-up no longer dominate): "
+                     + ", ".join(exponents(big_synth)))
+        out.append(line + ".")
+    else:
+        out.append("Time ~ linear in node count: not evaluated (fewer than two synthetic graphs).")
     one_m = [r for r in rows if 900_000 <= r["nodes"] <= 1_100_000]
     for r in one_m:
         cells = [(label, r[key]) for key, label in (("solver_median_ms", "solver"), ("partition_median_ms", "pass"),
@@ -454,14 +494,25 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="graphs to run (default: every graph make_graphs.py made)")
     ap.add_argument("--torch-limit-s", type=float, default=240.0,
                     help="skip PyTorch where one run is predicted to take longer (default 240)")
-    ap.add_argument("--torch-budget-s", type=float, default=600.0,
-                    help="fewer PyTorch runs where N runs plus their loads would take longer (default 600)")
+    ap.add_argument("--torch-budget-s", type=float, default=900.0,
+                    help="fewer PyTorch runs where N runs plus their loads would take longer (default 900)")
     ap.add_argument("--no-torch", action="store_true", help="do not run PyTorch's partitioner")
+    ap.add_argument("--render-only", action="store_true",
+                    help="measure nothing: rewrite the markdown and plot from the --json file of an earlier run")
     ap.add_argument("--markdown", default=str(REPO / "docs" / "benchmarks.md"))
     ap.add_argument("--plot", default=str(REPO / "docs" / "benchmarks.png"))
     ap.add_argument("--json", default=str(REPO / "bench" / "out" / "timings.json"))
     ns = ap.parse_args(argv)
     build = Path(ns.build) if Path(ns.build).is_absolute() else REPO / ns.build
+    if ns.render_only:
+        data = json.loads(Path(ns.json).read_text())
+        meta, rows = data["meta"], data["graphs"]
+        meta["targets"] = evaluate_targets(rows, meta)
+        Path(ns.json).write_text(json.dumps(dict(meta=meta, graphs=rows), indent=1) + "\n")
+        plot(rows, Path(ns.plot))
+        write_markdown(meta, rows, Path(ns.markdown), os.path.relpath(ns.plot, Path(ns.markdown).parent))
+        log(f"rewrote {ns.markdown} and {ns.plot} from {ns.json}")
+        return 0
 
     names = ns.only or [n for n in make_graphs.ORDER if make_graphs.path_of(n).exists()]
     missing = [n for n in names if not make_graphs.path_of(n).exists()]
@@ -475,7 +526,7 @@ def main(argv=None) -> int:
     import transformers
 
     # What every CLI run pays before it reads the graph: process start, dynamic
-    # loading (the CLI links libtorch for `verify`), static initialisation.
+    # loading, static initialisation.
     startup = []
     for _ in range(max(5, ns.repeat)):
         t0 = time.perf_counter()
@@ -487,6 +538,7 @@ def main(argv=None) -> int:
         run_torch(REPO / "testdata" / "simple_mlp.json.gz", 1)
 
     loadavg_before = os.getloadavg()[0]
+    git_at_start = git_describe()  # the source the binaries were built from, presumably
     rows: list[dict] = []
     torch_points: list[tuple[int, float, str]] = []   # (nodes, seconds per run incl. its load, family)
     max_flow = ns.max_flow
@@ -546,15 +598,15 @@ def main(argv=None) -> int:
 
     command = ".venv/bin/python bench/run.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     meta = dict(command=command.strip(), date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-                git=git_describe(), build_type=build_type(build), machine=machine(), torch=torch.__version__,
+                git=git_at_start, build_type=build_type(build), machine=machine(), torch=torch.__version__,
                 transformers=transformers.__version__, partitioner=ns.partitioner, max_flow=max_flow,
                 repeat=ns.repeat, torch_limit_s=ns.torch_limit_s, torch_budget_s=ns.torch_budget_s,
                 loadavg_before=loadavg_before, loadavg_after=os.getloadavg()[0], notes=notes,
-                cli_startup_ms=startup_ms)
+                cli_startup_ms=startup_ms, manifest=manifest)
     meta["targets"] = evaluate_targets(rows, meta)
 
     Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(ns.json).write_text(json.dumps(dict(meta=meta, graphs=rows, manifest=manifest), indent=1) + "\n")
+    Path(ns.json).write_text(json.dumps(dict(meta=meta, graphs=rows), indent=1) + "\n")
     plot(rows, Path(ns.plot))
     write_markdown(meta, rows, Path(ns.markdown), os.path.relpath(ns.plot, Path(ns.markdown).parent))
     log(f"wrote {ns.markdown}, {ns.plot}, {ns.json}")
