@@ -32,3 +32,16 @@ def testdata_dir() -> Path:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
+
+
+@pytest.fixture
+def fresh_compile_state():
+    """A clean Dynamo cache, no partition records, and no AOTAutograd cache, so every
+    compile in a test really partitions."""
+    from fxremat._partition_fn import clear_partition_records
+
+    torch._dynamo.reset()
+    clear_partition_records()
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+    torch._dynamo.reset()

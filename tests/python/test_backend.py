@@ -24,13 +24,7 @@ from fxremat import backend as fx_backend
 from fxremat._partition_fn import clear_partition_records, partition_records
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    clear_partition_records()
-    with torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compile_state")
 
 
 def _mlp():

@@ -30,13 +30,7 @@ STEPS = 3
 TOLERANCES = {"inductor": dict(rtol=1e-4, atol=1e-5), "aot_eager": dict(rtol=0.0, atol=0.0)}
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    clear_partition_records()
-    with torch._functorch.config.patch(enable_autograd_cache=False):
-        yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compile_state")
 
 
 def _batches(steps: int):
