@@ -21,7 +21,7 @@ import torch
 
 import fxremat
 from fxremat import backend as fx_backend
-from fxremat._partition_fn import clear_partition_records, partition_records
+from fxremat._partition_fn import partition_records
 
 
 pytestmark = pytest.mark.usefixtures("fresh_compile_state")

@@ -23,7 +23,7 @@ import copy
 import pytest
 import torch
 
-from fxremat._partition_fn import clear_partition_records, partition_fn, partition_records
+from fxremat._partition_fn import partition_fn, partition_records
 from fxremat.testing import programs
 
 STEPS = 3
