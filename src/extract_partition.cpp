@@ -2,6 +2,7 @@
 // values, the way the reference's _extract_fwd_bwd_modules does, and the
 // Signature that states every position (Note [AOTAutograd runtime contract]).
 #include <algorithm>
+#include <cassert>
 
 #include <fmt/format.h>
 
@@ -35,6 +36,45 @@ std::string AnnotationName(const Node& n) {
   return {};
 }
 
+void EnsureOpFacts(Graph& g, const std::string& target, const std::string& schema,
+                   std::vector<std::string> tags, std::vector<std::string> packet_tags) {
+  if (g.ops().count(target)) return;
+  Expected<OpInfo> info = MakeOpInfo(target, schema, std::move(tags));
+  assert(info.ok() && "EnsureOpFacts: a built-in schema does not parse");
+  info->packet_tags = std::move(packet_tags);
+  g.ops().emplace(target, std::move(info).value());
+}
+
+std::string OriginLocation(std::string_view stack_trace) {
+  // The innermost frame is the last `File "X", line N, in F` line.
+  constexpr std::string_view kFile = "File \"";
+  size_t at = stack_trace.rfind(kFile);
+  if (at == std::string_view::npos) return {};
+  std::string_view rest = stack_trace.substr(at + kFile.size());
+  size_t quote = rest.find('"');
+  if (quote == std::string_view::npos) return {};
+  std::string_view file = rest.substr(0, quote);
+  if (size_t slash = file.rfind('/'); slash != std::string_view::npos) file.remove_prefix(slash + 1);
+  rest.remove_prefix(quote + 1);
+  std::string_view line_number, function;
+  if (rest.substr(0, 7) == ", line ") {
+    rest.remove_prefix(7);
+    size_t digits = 0;
+    while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
+    line_number = rest.substr(0, digits);
+    rest.remove_prefix(digits);
+  }
+  if (rest.substr(0, 5) == ", in ") {
+    rest.remove_prefix(5);
+    size_t end = rest.find_first_of("\r\n");
+    function = rest.substr(0, end);
+    while (!function.empty() && function.back() == ' ') function.remove_suffix(1);
+  }
+  std::string out(file);
+  if (!line_number.empty()) out += fmt::format(":{}", line_number);
+  if (!function.empty()) out += fmt::format(" ({})", function);
+  return out;
+}
 
 // Which joint nodes the extracted graph keeps: `valid` nodes are computable
 // from the inputs (every argument valid, not pinned to the other side);
@@ -198,8 +238,15 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
     SavedValue v;
     v.name = s->name();
     v.kind = kind;
-    std::string annotation = AnnotationName(*s);
-    if (!annotation.empty()) v.annotation = annotation;
+    v.names = s->meta().names;
+    // A naming op the pipeline did not fold (a direct call of a partitioner).
+    if (std::string legacy = AnnotationName(*s); !legacy.empty() &&
+        std::find(v.names.begin(), v.names.end(), legacy) == v.names.end())
+      v.names.push_back(legacy);
+    if (!v.names.empty()) v.annotation = v.names.front();
+    v.decision = s->meta().recompute;
+    v.origin_op = s->isCallFunction() ? s->target() : "";
+    v.origin_location = OriginLocation(s->meta().stack_trace);
     v.forward_output_index = fw_index;
     v.backward_input_index = bw_index;
     v.facts = s->val();
@@ -226,6 +273,13 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
 int64_t Signature::savedBytes() const {
   int64_t total = 0;
   for (const SavedValue& s : saved) total += s.bytes;
+  return total;
+}
+
+int64_t Signature::offloadedBytes() const {
+  int64_t total = 0;
+  for (const SavedValue& s : saved)
+    if (s.offloaded) total += s.bytes;
   return total;
 }
 

@@ -214,6 +214,31 @@ Node* Graph::createNode(OpKind op, std::string name, std::string target,
   return raw;
 }
 
+Node* Graph::createNodeBefore(Node* before, OpKind op, std::string name, std::string target,
+                              std::vector<Argument> args, Kwargs kwargs) {
+  assert(before && before->graph_ == this && "createNodeBefore: anchor from another graph");
+  assert(!by_name_.count(name) && "createNodeBefore: duplicate node name");
+  assert(op != OpKind::kOutput && "createNodeBefore: the output node is created with createNode");
+  auto node = std::unique_ptr<Node>(new Node(this, op, std::move(name), std::move(target)));
+  Node* raw = node.get();
+  const size_t position = before->index_;
+  nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position), std::move(node));
+  by_name_.emplace(raw->name_, raw);
+  renumber(position);
+  setInputs(raw, std::move(args), std::move(kwargs));
+  return raw;
+}
+
+void Graph::renameNode(Node* node, std::string name) {
+  assert(node->graph_ == this);
+  if (name == node->name_) return;
+  assert(!by_name_.count(name) && "renameNode: the name is taken");
+  by_name_.erase(node->name_);
+  if (node->op_ == OpKind::kPlaceholder && node->target_ == node->name_) node->target_ = name;
+  node->name_ = std::move(name);
+  by_name_.emplace(node->name_, node);
+}
+
 void Graph::setInputs(Node* node, std::vector<Argument> args, Kwargs kwargs) {
   assert(node->graph_ == this);
   for (Node* input : node->inputs_) {

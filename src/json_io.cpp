@@ -386,6 +386,18 @@ Status GraphReader::ReadMeta(const json& j, const std::string& path, Node* node)
     if (!j["ac_graph_id"].is_number_integer()) return Fail(path + "/ac_graph_id", "expected an integer");
     meta.ac_graph_id = j["ac_graph_id"].get<int64_t>();
   }
+  if (j.contains("names") && !j["names"].is_null()) {
+    const json& names = j["names"];
+    if (!names.is_array()) return Fail(path + "/names", "expected a list of strings");
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (!names[k].is_string()) return Fail(fmt::format("{}/names/{}", path, k), "expected a string");
+      meta.names.push_back(names[k].get<std::string>());
+    }
+  }
+  if (j.contains("offload_requested") && !j["offload_requested"].is_null()) {
+    if (!j["offload_requested"].is_boolean()) return Fail(path + "/offload_requested", "expected a boolean");
+    meta.offload_requested = j["offload_requested"].get<bool>();
+  }
   if (j.contains("value_range") && !j["value_range"].is_null()) {
     const json& r = j["value_range"];
     if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
@@ -654,6 +666,8 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) {
     if (!m.partitioner_tag.empty()) meta["partitioner_tag"] = m.partitioner_tag;
     if (!m.stack_trace.empty()) meta["stack_trace"] = m.stack_trace;
     if (m.value_range) meta["value_range"] = {m.value_range->first, m.value_range->second};
+    if (!m.names.empty()) meta["names"] = m.names;
+    if (m.offload_requested) meta["offload_requested"] = true;
     if (!meta.empty()) j["meta"] = meta;
     nodes.push_back(std::move(j));
   }

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "fxremat/ir.h"
@@ -39,5 +41,15 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
 // The name a naming op (xla.name_tensor, fxremat.checkpoint_name, ...) gives
 // this value: as the op's result or as its annotated input. Empty if none.
 std::string AnnotationName(const Node& n);
+
+// Registers op facts for a target the passes create (aten._to_copy, the xla
+// transfer and barrier ops) unless the graph already has facts for it, so that
+// emitted documents are complete without the dispatcher.
+void EnsureOpFacts(Graph& g, const std::string& target, const std::string& schema,
+                   std::vector<std::string> tags, std::vector<std::string> packet_tags = {});
+
+// "prog.py:12 (f)" from an FX stack trace: the last `File "X", line N, in F`
+// frame (the innermost), X by its base name. Empty when there is none.
+std::string OriginLocation(std::string_view stack_trace);
 
 }  // namespace fxremat

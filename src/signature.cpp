@@ -99,12 +99,12 @@ Status CheckSignature(const Graph& forward, const Graph& backward, const Signatu
       return Violation(where, fmt::format("a saved {} must be a backward input in [{}, {}), not {}",
                                           is_sym ? "symint" : "tensor", bw_lo, bw_hi, s.backward_input_index));
     const Node* produced = fw_out[static_cast<size_t>(s.forward_output_index)];
-    if (!produced || produced->name() != s.name)
+    if (!produced || produced->name() != s.graphName())
       return Violation(where, fmt::format("declared at forward output {} but forward output {} is '{}'",
                                           s.forward_output_index, s.forward_output_index,
                                           produced ? produced->name() : "None"));
     const Node* consumed = bw_in[static_cast<size_t>(s.backward_input_index)];
-    if (consumed->name() != s.name || consumed->role() != PlaceholderRole::kSaved)
+    if (consumed->name() != s.graphName() || consumed->role() != PlaceholderRole::kSaved)
       return Violation(where, fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
                                           s.backward_input_index, s.backward_input_index, consumed->name(),
                                           PlaceholderRoleName(consumed->role())));
@@ -198,7 +198,13 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
       e["dtype"] = s.facts.kind == ValueFacts::Kind::kSymFloat ? "symfloat"
                    : s.facts.kind == ValueFacts::Kind::kSymBool ? "symbool" : "symint";
     }
+    if (s.facts.is_sym() && !s.facts.expr.empty()) e["expr"] = s.facts.expr;
     e["bytes"] = s.bytes;
+    e["names"] = s.names;
+    e["decision"] = s.decision.empty() ? ojson(nullptr) : ojson(s.decision);
+    e["offloaded"] = s.offloaded;
+    e["origin_op"] = s.origin_op.empty() ? ojson(nullptr) : ojson(s.origin_op);
+    e["origin_location"] = s.origin_location.empty() ? ojson(nullptr) : ojson(s.origin_location);
     saved.push_back(std::move(e));
   }
   j["saved"] = saved;
@@ -207,7 +213,24 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
     tangents.push_back({{"name", t.name}, {"backward_input_index", t.backward_input_index},
                         {"forward_output_index", t.forward_output_index}});
   j["tangents"] = tangents;
+  // Note [Names in the signature]: each name of a saved value -> where it is;
+  // a name on several saved values maps to the first (forward-output order).
+  ojson out_indices = ojson::object(), in_names = ojson::object(), in_indices = ojson::object();
+  for (const SavedValue& s : sig.saved) {
+    std::vector<std::string> names = s.names;
+    if (names.empty() && s.annotation) names.push_back(*s.annotation);
+    for (const std::string& name : names) {
+      if (out_indices.contains(name)) continue;
+      out_indices[name] = s.forward_output_index;
+      in_names[name] = s.graphName();
+      in_indices[name] = s.backward_input_index;
+    }
+  }
+  j["name_in_output_indices"] = out_indices;
+  j["name_in_input_names"] = in_names;
+  j["name_in_input_indices"] = in_indices;
   j["saved_bytes"] = sig.savedBytes();
+  j["offloaded_bytes"] = sig.offloadedBytes();
   return j;
 }
 
@@ -260,8 +283,20 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
           else v.facts.tensor.shape.push_back(Dim{d.at("hint").get<int64_t>(), d.at("sym").get<std::string>()});
         }
       } else {
-        v.facts.kind = ValueFacts::Kind::kSymInt;
+        const std::string dtype = s.value("dtype", "symint");
+        v.facts.kind = dtype == "symfloat"  ? ValueFacts::Kind::kSymFloat
+                       : dtype == "symbool" ? ValueFacts::Kind::kSymBool
+                                            : ValueFacts::Kind::kSymInt;
+        if (s.contains("expr") && s["expr"].is_string()) v.facts.expr = s["expr"].get<std::string>();
       }
+      // Keys added with names and offload; a file without them has none.
+      if (s.contains("names") && s["names"].is_array()) v.names = s["names"].get<std::vector<std::string>>();
+      if (v.names.empty() && v.annotation) v.names.push_back(*v.annotation);
+      if (s.contains("decision") && s["decision"].is_string()) v.decision = s["decision"].get<std::string>();
+      if (s.contains("offloaded") && s["offloaded"].is_boolean()) v.offloaded = s["offloaded"].get<bool>();
+      if (s.contains("origin_op") && s["origin_op"].is_string()) v.origin_op = s["origin_op"].get<std::string>();
+      if (s.contains("origin_location") && s["origin_location"].is_string())
+        v.origin_location = s["origin_location"].get<std::string>();
       sig.saved.push_back(std::move(v));
     }
     for (const json& t : j.at("tangents")) {

@@ -345,12 +345,24 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
   while (lex.peek().kind != Tok::kEnd) {
     size_t col = lex.peek().col;
     FXREMAT_ASSIGN_OR_RETURN(std::string key, lex.ExpectIdent());
+    if (key == "offload_requested") {  // a flag, no value
+      meta.offload_requested = true;
+      continue;
+    }
     FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
     if (key == "tag") { FXREMAT_ASSIGN_OR_RETURN(meta.partitioner_tag, lex.ExpectIdent()); }
     else if (key == "recompute") { FXREMAT_ASSIGN_OR_RETURN(meta.recompute, lex.ExpectIdent()); }
     else if (key == "ac_graph_id") { FXREMAT_ASSIGN_OR_RETURN(int64_t id, lex.ExpectInt()); meta.ac_graph_id = id; }
     else if (key == "stack") { FXREMAT_ASSIGN_OR_RETURN(meta.stack_trace, lex.ExpectString()); }
-    else if (key == "value_range") {
+    else if (key == "names") {
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
+      while (!lex.IsPunct("]")) {
+        FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectString());
+        meta.names.push_back(std::move(name));
+        if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+      }
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
+    } else if (key == "value_range") {
       FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
       FXREMAT_ASSIGN_OR_RETURN(int64_t lo, lex.ExpectInt());
       FXREMAT_RETURN_IF_ERROR(lex.Expect(","));

@@ -92,13 +92,20 @@ std::string FormatArgument(const Argument& a) {
   return "?";
 }
 
-// "tag=is_forward recompute=MUST_SAVE ac_graph_id=1 value_range=[0, 512] stack='...'"
+// "tag=is_forward recompute=MUST_SAVE ac_graph_id=1 value_range=[0, 512] names=['a', 'b']
+// offload_requested stack='...'" (offload_requested is a flag: present or absent).
 std::string FormatMeta(const NodeMeta& m) {
   std::vector<std::string> parts;
   if (!m.partitioner_tag.empty()) parts.push_back("tag=" + m.partitioner_tag);
   if (!m.recompute.empty()) parts.push_back("recompute=" + m.recompute);
   if (m.ac_graph_id) parts.push_back(fmt::format("ac_graph_id={}", *m.ac_graph_id));
   if (m.value_range) parts.push_back(fmt::format("value_range=[{}, {}]", m.value_range->first, m.value_range->second));
+  if (!m.names.empty()) {
+    std::vector<std::string> quoted;
+    for (const std::string& name : m.names) quoted.push_back(text_form::QuotePython(name));
+    parts.push_back(fmt::format("names=[{}]", fmt::join(quoted, ", ")));
+  }
+  if (m.offload_requested) parts.push_back("offload_requested");
   if (!m.stack_trace.empty()) parts.push_back("stack=" + text_form::QuotePython(m.stack_trace));
   return fmt::format("{}", fmt::join(parts, " "));
 }

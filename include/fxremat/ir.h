@@ -157,6 +157,10 @@ struct NodeMeta {
   std::string partitioner_tag;  // "is_forward", "is_backward", "must_be_in_*"; empty if none
   std::string stack_trace;
   std::optional<std::pair<int64_t, int64_t>> value_range;  // [low, high) of integer inputs
+  // Names given to this value by naming ops (FoldAnnotations), in graph order,
+  // and whether one of them was xla::offload_name (an offload request).
+  std::vector<std::string> names;
+  bool offload_requested = false;
   bool operator==(const NodeMeta&) const = default;
 };
 
@@ -275,6 +279,19 @@ class Graph {
   //   Result:  %a = placeholder; %b = aten.sin.default(%a); return (%a)
   Node* createNode(OpKind op, std::string name, std::string target,
                    std::vector<Argument> args = {}, Kwargs kwargs = {});
+  // Creates a node right before `before` (which must be in this graph and not a
+  // placeholder unless the new node is one too). The name must be unused.
+  //   Given:   %a = placeholder; %c = aten.cos.default(%a); return (%c)
+  //   Execute: createNodeBefore(%c, kCallFunction, "b", "aten.sin.default", {%a})
+  //   Result:  %a = placeholder; %b = aten.sin.default(%a); %c = aten.cos.default(%a); return (%c)
+  Node* createNodeBefore(Node* before, OpKind op, std::string name, std::string target,
+                         std::vector<Argument> args = {}, Kwargs kwargs = {});
+  // Renames a node; the new name must be unused. Uses keep pointing at it. A
+  // placeholder whose target was its name gets the new name as target too.
+  //   Given:   %a = placeholder; %b = aten.sin.default(%a)
+  //   Execute: renameNode(%a, "x")
+  //   Result:  %x = placeholder; %b = aten.sin.default(%x)
+  void renameNode(Node* node, std::string name);
   // Replaces a node's arguments, updating use lists.
   //   Given:   %c = f(%a)
   //   Execute: setInputs(%c, {%b})

@@ -34,11 +34,27 @@ namespace fxremat {
 struct SavedValue {
   std::string name;                       // the joint graph's node name
   enum class Kind { kTensor, kSymInt } kind = Kind::kTensor;
-  std::optional<std::string> annotation;  // name given by a naming op, if any
+  std::optional<std::string> annotation;  // first name given by a naming op, if any
+  std::vector<std::string> names;         // every name given by naming ops, in order
+  std::string decision;                   // policy/tag decision that applied ("PREFER_SAVE"), "" if none
+  // Saved in host memory: the forward copies it to host, the backward reloads it
+  // (Note [Offload] in passes/emit_offload.h). `facts` stay the device value's.
+  bool offloaded = false;
+  std::string origin_op;        // joint-graph target that computed it ("aten.sin.default"); "" for inputs
+  std::string origin_location;  // "file.py:12 (fn)" from the stack trace, "" when unknown
   int64_t forward_output_index = -1;
   int64_t backward_input_index = -1;
   ValueFacts facts;
   int64_t bytes = 0;
+  // The node name at its forward output and backward input: the joint name, or
+  // "<name>_host" (the host copy) when offloaded (Note [Offload]).
+  std::string graphName() const { return offloaded ? name + "_host" : name; }
+};
+
+// Where offloaded values go (pipeline.h, passes/emit_offload.h).
+enum class OffloadTarget : uint8_t {
+  kTorch,  // aten._to_copy to cpu (pinned when the value is on an accelerator, non_blocking) and back
+  kXla,    // xla::place_to_host / xla::place_to_device
 };
 
 struct PrimalEntry {
@@ -70,7 +86,8 @@ struct Signature {
   std::vector<ForwardOutputEntry> forward_outputs;
   std::vector<SavedValue> saved;  // in forward-output order: tensors, then symints
   std::vector<TangentEntry> tangents;
-  int64_t savedBytes() const;
+  int64_t savedBytes() const;    // every saved value (device and host)
+  int64_t offloadedBytes() const;  // the offloaded ones
 };
 
 struct Partition {

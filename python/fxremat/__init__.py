@@ -13,7 +13,14 @@ Public API
 - :func:`load_joint` -- :func:`load` wrapped as a :class:`JointGraph`.
 - :func:`resolve_path` -- look up a recorded pytree path (``args[1]['weights']``).
 - :func:`partition` / :func:`to_text` -- the C++ library through ``fxremat._C``.
+- :func:`checkpoint_name` -- name a value (``fxremat::checkpoint_name``) for policies.
+- :mod:`fxremat.policies` -- checkpoint policies (JAX's and PyTorch's vocabulary).
+- :func:`print_saved_residuals` / :func:`saved_residuals` -- what a policy saves.
 - :class:`FormatError`, :class:`ExportError`, :class:`UnsupportedGraphError`.
+
+``fxremat::checkpoint_name`` is registered with PyTorch when ``import fxremat`` runs
+after ``import torch`` (the usual order); otherwise on first use of
+:func:`checkpoint_name` or of anything that reads graphs.
 """
 
 from ._errors import ExportError, FormatError, UnsupportedGraphError
@@ -41,6 +48,12 @@ _LAZY = {
     "PartitionRecord": "._partition_fn",
     "partition_records": "._partition_fn",
     "extract": "._extract",
+    # named values and checkpoint policies (issue 4)
+    "checkpoint_name": "._names",
+    "policies": ".policies",
+    "print_saved_residuals": "._residuals",
+    "saved_residuals": "._residuals",
+    "Residual": "._residuals",
 }
 
 __all__ = [
@@ -58,10 +71,21 @@ def __getattr__(name):
         raise AttributeError(f"module 'fxremat' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module, __name__), name)
+    mod = importlib.import_module(module, __name__)
+    value = mod if module == "." + name else getattr(mod, name)
     globals()[name] = value
     return value
 
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
+
+
+def _register_ops_if_torch_is_loaded() -> None:
+    import sys
+
+    if "torch" in sys.modules:
+        from . import _names  # noqa: F401  (defines fxremat::checkpoint_name)
+
+
+_register_ops_if_torch_is_loaded()

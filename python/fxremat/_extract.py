@@ -56,6 +56,7 @@ def _export_with_cloned_outputs(fn: Callable[..., Any], args: tuple, kwargs: dic
 
 
 def extract(fn: Callable[..., Any] | torch.nn.Module, *args: Any, policy: Any = None, partitioner: str = "mincut",
+            offload_target: str = "torch", barrier: bool = False, keep_annotations: bool = False,
             **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule, dict]:
     """The forward and backward graphs of ``fn(*args, **kwargs)`` and their signature.
 
@@ -77,17 +78,26 @@ def extract(fn: Callable[..., Any] | torch.nn.Module, *args: Any, policy: Any = 
       entry per output (``used``: whether the backward reads it), ``forward_outputs``
       the output paths, ``primals`` the input paths.
 
-    ``partitioner`` is ``"mincut"`` or ``"default"``. ``policy`` is a placeholder:
-    anything but None raises ``NotImplementedError`` (policies are not implemented
-    yet). ``torch.utils.checkpoint`` regions are honoured (their ``recompute`` tags
-    reach the partitioner). Keyword arguments named ``policy`` or ``partitioner`` cannot
-    be passed through to ``fn``; neither can ``name``/``decompositions`` (see
+    ``partitioner`` is ``"mincut"`` or ``"default"``. ``policy``: a checkpoint policy
+    (:mod:`fxremat.policies`; names come from :func:`fxremat.checkpoint_name`);
+    ``offload_target``, ``barrier``, ``keep_annotations``: as for
+    :func:`fxremat.partition`. ``torch.utils.checkpoint`` regions are honoured (their
+    ``recompute`` tags reach the partitioner). Keyword arguments with those names
+    cannot be passed through to ``fn``; neither can ``name``/``decompositions`` (see
     :func:`fxremat.export_joint`).
     """
-    from ._partition_fn import check_not_implemented, check_partitioner, split_joint
+    return _extract(fn, args, kwargs, policy=policy, partitioner=partitioner, offload_target=offload_target,
+                    barrier=barrier, keep_annotations=keep_annotations)[:3]
 
-    check_not_implemented(policy)
+
+def _extract(fn: Callable[..., Any] | torch.nn.Module, args: tuple, kwargs: dict, *, policy: Any, partitioner: str,
+             offload_target: str, barrier: bool, keep_annotations: bool):
+    """:func:`extract`, also returning the joint graph."""
+    from ._partition import PipelineRequest
+    from ._partition_fn import check_partitioner, split_joint
+
     opts = check_partitioner(partitioner, None)
+    request = PipelineRequest.make(policy, offload_target, barrier, keep_annotations)
     name = type(fn).__name__ if isinstance(fn, torch.nn.Module) else getattr(fn, "__name__", None)
     joint = _export_with_cloned_outputs(fn, args, kwargs, name)
     nfo = joint.num_fwd_outputs
@@ -100,7 +110,7 @@ def extract(fn: Callable[..., Any] | torch.nn.Module, *args: Any, policy: Any = 
     joint_tangents = joint.tangent_names
     by_output = dict(zip(tangent_outputs, joint_tangents))
     slots = [(f"tangents_{j + 1}", by_output.get(j), j) for j in range(nfo)]
-    split = split_joint(joint.gm, nfo, partitioner, opts, doc=joint.to_json(), tangent_slots=slots)
+    split = split_joint(joint.gm, nfo, partitioner, opts, doc=joint.to_json(), tangent_slots=slots, request=request)
     fw, bw, sig = split.forward, split.backward, copy.deepcopy(split.signature)
 
     # ---- forward: each output is the clone made for tracing; return its input ---------
@@ -134,4 +144,4 @@ def extract(fn: Callable[..., Any] | torch.nn.Module, *args: Any, policy: Any = 
                 p.meta["val"] = o.meta["val"]
     bw.recompile()
     sig["extract"] = {"function": name, "num_outputs": nfo, "num_saved": n_saved}
-    return fw, bw, sig
+    return fw, bw, sig, joint

@@ -38,14 +38,23 @@ _PY_TORCH_TARGETS = (
 )
 
 # Ops that are not in a stock PyTorch and that fxremat knows how to provide.
-def _register_xla_name_tensor() -> None:
-    from . import xla_compat
+def _xla_provider(name: str) -> Callable[[], None]:
+    def provide() -> None:
+        from . import xla_compat
 
-    xla_compat.register()
+        xla_compat.register_op(name)
+
+    return provide
+
+
+def _register_checkpoint_name() -> None:
+    from . import _names  # noqa: F401  (importing it registers the op)
 
 
 _OP_PROVIDERS: dict[str, Callable[[], None]] = {
-    "xla.name_tensor.default": _register_xla_name_tensor,
+    **{f"xla.{name}.default": _xla_provider(name)
+       for name in ("name_tensor", "offload_name", "place_to_host", "place_to_device", "optimization_barrier")},
+    "fxremat.checkpoint_name.default": _register_checkpoint_name,
 }
 
 

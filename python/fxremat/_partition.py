@@ -97,11 +97,71 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
+OFFLOAD_TARGETS = ("torch", "xla")
+
+
+@dataclass(frozen=True)
+class PipelineRequest:
+    """What the pipeline does besides partitioning (Note [Partition pipeline] in
+    ``include/fxremat/pipeline.h``): the policy (its JSON text), the offload target, the
+    XLA optimization barriers and whether the naming ops stay in the graphs."""
+
+    policy: str | None = None
+    offload_target: str = "torch"
+    barrier: bool = False
+    keep_annotations: bool = False
+
+    @classmethod
+    def make(cls, policy: Any = None, offload_target: str = "torch", barrier: bool = False,
+             keep_annotations: bool = False) -> "PipelineRequest":
+        import json
+
+        from .policies import as_policy_json
+
+        if offload_target not in OFFLOAD_TARGETS:
+            raise ValueError(f"fxremat: unknown offload_target {offload_target!r} (available: {', '.join(OFFLOAD_TARGETS)})")
+        if barrier and offload_target != "xla":
+            raise ValueError("fxremat: barrier=True inserts xla::optimization_barrier and needs offload_target='xla'")
+        doc = as_policy_json(policy)
+        return cls(None if doc is None else json.dumps(doc), offload_target, bool(barrier), bool(keep_annotations))
+
+    @property
+    def is_default(self) -> bool:
+        return self == PipelineRequest()
+
+    def describe(self) -> str:
+        return repr((self.policy, self.offload_target, self.barrier, self.keep_annotations))
+
+
+def partition_document(document: dict, partitioner: str, options: dict[str, str],
+                       request: PipelineRequest | None = None) -> tuple[dict, dict, dict]:
+    """``fxremat._C.partition_document`` with the pipeline's arguments; a clear error
+    when the extension predates them."""
+    _C = _extension()
+    request = request or PipelineRequest()
+    try:
+        return _C.partition_document(document, partitioner, options, policy=request.policy,
+                                     offload_target=request.offload_target, barrier=request.barrier,
+                                     keep_annotations=request.keep_annotations)
+    except TypeError as e:
+        if "incompatible function arguments" not in str(e):
+            raise
+        if not request.is_default:
+            raise ImportError(f"fxremat._C does not take policies or offload options (it predates them); "
+                              f"{_REBUILD_HINT}") from e
+        return _C.partition_document(document, partitioner, options)
+
+
 def partition(
     joint: Any,
     partitioner: str = "mincut",
     options: dict | None = None,
     static_lifetime_input_indices: Sequence[int] | None = None,
+    *,
+    policy: Any = None,
+    offload_target: str = "torch",
+    barrier: bool = False,
+    keep_annotations: bool = False,
 ) -> Partition:
     """Partitions a joint graph with the C++ partitioner named ``partitioner``.
 
@@ -115,15 +175,24 @@ def partition(
     save); by default, the primals whose pytree path starts with ``params[`` or
     ``buffers[``. Errors in the graph raise ``ValueError`` with the library's message
     (it names the node or JSON path).
+
+    ``policy``: a checkpoint policy (:mod:`fxremat.policies` object, its text form
+    ``"save_only_these_names:a,b"`` or JSON form; ``docs/policies.md``), mincut only.
+    ``offload_target``: how offloaded values move (``"torch"``: ``aten._to_copy`` to
+    cpu and back; ``"xla"``: ``xla::place_to_host`` / ``place_to_device``).
+    ``barrier``: with the xla target, pass the inputs of recomputed regions through
+    ``xla::optimization_barrier``. ``keep_annotations``: keep the naming ops
+    (``fxremat::checkpoint_name``, ``xla::name_tensor``) in the graphs. Contradictory
+    demands (a value both MUST_SAVE and MUST_RECOMPUTE, ...) raise ``ValueError``.
     """
     from ._format import from_json
 
-    _C = _extension()
+    request = PipelineRequest.make(policy, offload_target, barrier, keep_annotations)
     opts = {str(k): _option_text(v) for k, v in (options or {}).items()}
     if static_lifetime_input_indices is not None:
         opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
     # Dicts cross the extension boundary directly: no JSON text on this path.
-    fw_doc, bw_doc, signature = _C.partition_document(_document(joint), partitioner, opts)
+    fw_doc, bw_doc, signature = partition_document(_document(joint), partitioner, opts, request)
     return Partition(forward=from_json(fw_doc), backward=from_json(bw_doc), signature=signature)
 
 

@@ -80,18 +80,6 @@ MINCUT_OPTIONS = (
     "treat_parameters_as_free_to_save",
 )
 
-_NOT_YET = "is not implemented yet (its issue is not done); only {what}=None is accepted, got {value!r}"
-
-
-def check_not_implemented(policy: Any = None, offload: Any = None) -> None:
-    """Rejects the options whose features are placeholders for now."""
-    if policy is not None:
-        raise NotImplementedError("fxremat: rematerialization policies are not implemented yet; "
-                                  + _NOT_YET.format(what="policy", value=policy))
-    if offload is not None:
-        raise NotImplementedError("fxremat: offloading saved values " + _NOT_YET.format(what="offload", value=offload))
-
-
 def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
     """Validates ``partitioner`` and the min-cut ``options``; returns them as the
     extension's ``{name: text}`` map."""
@@ -261,14 +249,72 @@ def _create_node(g: fx.Graph, op: str, target: Any, args: tuple, kwargs: dict, n
     return n
 
 
+_TARGET_TEXT: dict[Any, str] = {}
+
+
+def _target_text(target: Any) -> str:
+    """The format's name of a joint node's target (``aten.mm.default``), memoized."""
+    s = _TARGET_TEXT.get(target)
+    if s is None:
+        if isinstance(target, str):
+            return target
+        from ._format import target_to_str
+
+        try:
+            s = target_to_str(target)
+        except Exception:  # noqa: BLE001 - not encodable: the document cannot name it either
+            s = repr(target)
+        _TARGET_TEXT[target] = s
+    return s
+
+
+def _device_args(a: Any, key: str | None = None) -> Any:
+    """A ``device`` keyword the document spells as a plain string (``"cpu"``) becomes
+    the format's device object, so that the decoder makes a ``torch.device``."""
+    if key == "device" and isinstance(a, str):
+        return {"device": a}
+    return a
+
+
+def _fake_run(target: Any, args: tuple, kwargs: dict) -> Any:
+    """``target`` run on the fake values of its node arguments (None when they have
+    none, or when it fails: the value is then unknown, as for any node without meta)."""
+    from torch._guards import detect_fake_mode
+
+    vals: list[Any] = []
+
+    def val(n: fx.Node) -> Any:
+        v = n.meta.get("val")
+        if v is None:
+            raise LookupError(n.name)
+        vals.append(v)
+        return v
+
+    try:
+        a = fx.node.map_arg(args, val)
+        k = fx.node.map_arg(kwargs, val)
+    except LookupError:
+        return None
+    mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+    try:
+        if mode is None:
+            return target(*a, **k) if target is operator.getitem else None
+        with mode:
+            return target(*a, **k)
+    except Exception:  # noqa: BLE001 - meta is best effort for the pipeline's nodes
+        return None
+
+
 class _Builder:
-    """Builds a graph from a document's node list, copying joint nodes by name."""
+    """Builds a graph from a document's node list, copying joint nodes by name; nodes
+    the pipeline added (offload transfers, barriers) are made from their entries."""
 
     def __init__(self, joint_nodes: dict[str, fx.Node], mark_backward: bool) -> None:
         self.joint_nodes = joint_nodes
         self.mark_backward = mark_backward
         self.graph = fx.Graph()
         self.env: dict[str, fx.Node] = {}
+        self.created: set[str] = set()  # names of the nodes made from document entries
 
     def joint_node(self, name: str) -> fx.Node:
         n = self.joint_nodes.get(name)
@@ -276,16 +322,54 @@ class _Builder:
             raise RuntimeError(f"fxremat internal error: the partitioner emitted node {name!r}, which the joint graph lacks")
         return n
 
-    def placeholder(self, name: str, new_name: str | None = None) -> fx.Node:
-        src = self.joint_node(name)
+    def placeholder(self, name: str, new_name: str | None = None, meta_from: fx.Node | None = None) -> fx.Node:
+        """An input for joint node ``name`` (or, for a value the pipeline made, such
+        as an offloaded value's host copy, for the forward's node ``meta_from``)."""
+        src = meta_from if meta_from is not None else self.joint_node(name)
         p = self.graph.placeholder(new_name or name)
         # as _extract_graph_with_inputs_outputs: the input shares the joint node's meta
-        p.meta = src.meta
+        p.meta = src.meta if meta_from is None else {k: v for k, v in src.meta.items() if k == "val"}
         self.env[name] = p
         return p
 
+    def is_new(self, entry: dict) -> bool:
+        """Whether the document's node is not a joint node: one the pipeline made
+        (offload transfers, optimization barriers and their getitems)."""
+        src = self.joint_nodes.get(entry["name"])
+        if src is None:
+            return True
+        return entry["op"] != src.op or entry.get("target") != _target_text(src.target)
+
+    def create(self, entry: dict) -> fx.Node:
+        """A node the pipeline added, made from its document entry; ``meta["val"]`` is
+        computed by running the op on its inputs' fake values."""
+        from ._format import _Decoder, resolve_target
+
+        name = entry["name"]
+        op = entry["op"]
+        if op != "call_function":
+            raise RuntimeError(f"fxremat internal error: the partitioner emitted {op} node {name!r}, "
+                               "which the joint graph lacks")
+        target = resolve_target(entry["target"])
+        dec = _Decoder({})
+        where = f"node {name!r}"
+        args = tuple(dec.arg(_device_args(a), f"{where}.args", self.env, ()) for a in entry.get("args", []))
+        kwargs = {k: dec.arg(_device_args(v, k), f"{where}.kwargs.{k}", self.env, ())
+                  for k, v in (entry.get("kwargs") or {}).items()}
+        n = _create_node(self.graph, "call_function", target, args, kwargs, name, None)
+        val = _fake_run(target, args, kwargs)
+        if val is not None:
+            n.meta["val"] = val
+        if self.mark_backward:
+            n.meta["autograd_backward"] = True
+        self.env[name] = n
+        self.created.add(name)
+        return n
+
     def copy(self, entry: dict) -> fx.Node:
         name = entry["name"]
+        if self.is_new(entry):
+            return self.create(entry)
         src = self.joint_node(name)
         env = self.env
         lookup = lambda n: env[n.name]  # noqa: E731
@@ -394,7 +478,8 @@ def build_modules(
     tangents = [t["name"] for t in sig["tangents"]]
 
     # Note [Activations with no version counter checks in eager]: those go last.
-    no_vc = [n for n in saved_tensors if joint_nodes[n].meta.get("saved_tensor_with_no_vc_check", False)]
+    no_vc = [n for n in saved_tensors
+             if n in joint_nodes and joint_nodes[n].meta.get("saved_tensor_with_no_vc_check", False)]
     moved = False
     if no_vc:
         saved_tensors = [n for n in saved_tensors if n not in set(no_vc)] + no_vc
@@ -420,8 +505,22 @@ def build_modules(
             else:
                 derived.append(n)
         bindings = find_symbol_binding_fx_nodes(graph)
+        fw_entries_by_name = {e["name"]: e for e in fw_doc["nodes"]}
+
+        def joint_val(name: str) -> Any:
+            # a value the pipeline made (a host copy) has its source's shape
+            for _ in range(len(fw_entries_by_name) + 1):
+                if name in joint_nodes:
+                    return joint_nodes[name].meta.get("val")
+                refs: list[str] = []
+                _refs(fw_entries_by_name.get(name, {}).get("args", ()), refs)
+                if not refs:
+                    return None
+                name = refs[0]
+            return None
+
         for name in [*derived, *saved_tensors, *tangents]:
-            val = joint_nodes[name].meta.get("val")
+            val = joint_val(name)
             if val is None:
                 continue
             new = free_symbols(val) - bound
@@ -460,10 +559,8 @@ def build_modules(
 
     # ---- backward --------------------------------------------------------------------
     bb = _Builder(joint_nodes, mark_backward=True)
-    for n in saved_syms:
-        bb.placeholder(n)
-    for n in saved_tensors:
-        bb.placeholder(n)
+    for n in (*saved_syms, *saved_tensors):
+        bb.placeholder(n, meta_from=fb.env[n] if n in fb.created else None)
     tangent_nodes: list[fx.Node] = []
     if tangent_slots is None:
         for n in tangents:
@@ -625,14 +722,16 @@ def split_joint(
     *,
     doc: dict | None = None,
     tangent_slots: list[tuple[str, str | None, int]] | None = None,
+    request: Any = None,
 ) -> Split:
     """Partitions ``joint_module`` with the C++ partitioner and builds the two modules.
 
     ``options`` are already validated extension options (:func:`check_partitioner`).
-    ``doc`` is the joint graph's document, when the caller has it.
+    ``doc`` is the joint graph's document, when the caller has it. ``request``: the
+    policy and the other pipeline settings (:class:`fxremat._partition.PipelineRequest`).
     """
     from ._format import to_json
-    from ._partition import _extension, _option_text
+    from ._partition import _option_text, partition_document
 
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -651,7 +750,7 @@ def split_joint(
         opts = dict(options or {})
         if static_lifetime_input_indices is not None and partitioner == "mincut":
             opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
-        fw_doc, bw_doc, signature = _extension().partition_document(doc, partitioner, opts)
+        fw_doc, bw_doc, signature = partition_document(doc, partitioner, opts, request)
         t2 = time.perf_counter()
         reorder = partitioner == "mincut" or _has_recompute_tags(joint_module.graph)
         fw, bw, signature = build_modules(joint_module, num_fwd_outputs, fw_doc, bw_doc, signature,
@@ -772,21 +871,33 @@ class FxrematPartitionFn:
     """The callable :func:`partition_fn` returns (see there)."""
 
     def __init__(self, partitioner: str = "mincut", options: dict | None = None, *, policy: Any = None,
-                 offload: Any = None, dump_dir: str | os.PathLike | None = None, fallback: bool = False) -> None:
-        check_not_implemented(policy, offload)
+                 offload_target: str = "torch", barrier: bool = False, keep_annotations: bool = False,
+                 dump_dir: str | os.PathLike | None = None, fallback: bool = False) -> None:
+        from ._partition import PipelineRequest
+
         self.partitioner = partitioner
         self.options = dict(options or {})
         self.extension_options = check_partitioner(partitioner, self.options)
+        self.request = PipelineRequest.make(policy, offload_target, barrier, keep_annotations)
+        if self.request.policy is not None and partitioner != "mincut":
+            raise ValueError(f"fxremat: a policy needs the mincut partitioner, not {partitioner!r}")
+        self.policy = policy
         self.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
         self.fallback = bool(fallback)
 
     def __repr__(self) -> str:
-        return f"fxremat.partition_fn(partitioner={self.partitioner!r}, options={self.options!r})"
+        extra = ""
+        if self.policy is not None:
+            extra += f", policy={self.policy!r}"
+        r = self.request
+        if r.offload_target != "torch" or r.barrier or r.keep_annotations:
+            extra += f", offload_target={r.offload_target!r}, barrier={r.barrier}, keep_annotations={r.keep_annotations}"
+        return f"fxremat.partition_fn(partitioner={self.partitioner!r}, options={self.options!r}{extra})"
 
     def uuid(self) -> str:
         """A key for compile caches (Inductor's ``CustomPartitionerFn`` protocol)."""
         return hashlib.sha256(repr((_implementation_hash(), self.partitioner, sorted(self.extension_options.items()),
-                                    self.dump_dir, self.fallback)).encode()).hexdigest()
+                                    self.request.describe(), self.dump_dir, self.fallback)).encode()).hexdigest()
 
     def __call__(self, joint_module: fx.GraphModule, joint_inputs: Any = None, *, num_fwd_outputs: int,
                  static_lifetime_input_indices: Sequence[int] | None = None, **_ignored: Any):
@@ -794,7 +905,7 @@ class FxrematPartitionFn:
         nodes = len(joint_module.graph.nodes)
         try:
             split = split_joint(joint_module, num_fwd_outputs, self.partitioner, self.extension_options,
-                                static_lifetime_input_indices)
+                                static_lifetime_input_indices, request=self.request)
         except UnsupportedGraphError as e:
             if not self.fallback:
                 raise UnsupportedGraphError(
@@ -837,7 +948,8 @@ class FxrematPartitionFn:
 
 
 def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, policy: Any = None,
-                 offload: Any = None, dump_dir: str | os.PathLike | None = None,
+                 offload_target: str = "torch", barrier: bool = False, keep_annotations: bool = False,
+                 dump_dir: str | os.PathLike | None = None,
                  fallback: bool = False) -> Callable[..., tuple[fx.GraphModule, fx.GraphModule]]:
     """A ``partition_fn`` for AOTAutograd backed by fxremat's C++ partitioner.
 
@@ -853,8 +965,12 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     or ``"default"`` (``default_partition``). ``options``: min-cut knobs under their
     ``torch._functorch.config`` names (:data:`MINCUT_OPTIONS`); unknown names are an
     error. ``static_lifetime_input_indices`` from AOTAutograd is passed through.
-    ``policy`` and ``offload`` are placeholders: anything but ``None`` raises
-    ``NotImplementedError`` until those features exist. ``dump_dir``: write every
+    ``policy``: a checkpoint policy (:mod:`fxremat.policies`, its text or JSON form;
+    ``docs/policies.md``). ``offload_target``: ``"torch"`` (``aten._to_copy`` to cpu and
+    back) or ``"xla"`` (``xla::place_to_host`` / ``place_to_device``) for the values the
+    policy offloads. ``barrier``: with the xla target, ``xla::optimization_barrier``
+    before recomputed regions. ``keep_annotations``: keep the naming ops in the graphs.
+    ``dump_dir``: write every
     partition's graphs, signature and residual report to a new directory under it.
     ``fallback``: for a joint graph the format cannot encode (higher-order operators,
     opaque objects), use PyTorch's partitioner of the same name with a warning instead
@@ -864,5 +980,5 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     ``CustomPartitionerFn``. Each call appends a :class:`PartitionRecord` (phase times,
     saved bytes) to :func:`partition_records`.
     """
-    return FxrematPartitionFn(partitioner, options, policy=policy, offload=offload, dump_dir=dump_dir,
-                              fallback=fallback)
+    return FxrematPartitionFn(partitioner, options, policy=policy, offload_target=offload_target, barrier=barrier,
+                              keep_annotations=keep_annotations, dump_dir=dump_dir, fallback=fallback)

@@ -24,8 +24,15 @@ Options (``options={...}``), all optional:
 ==========================  =============================================================
 ``compiler``                ``"inductor"`` | ``"aot_eager"`` | ``"eager"``
 ``partitioner``             ``"mincut"`` (default) | ``"default"``
-``policy``                  placeholder: only ``None`` (policies are not implemented yet)
-``offload``                 placeholder: only ``None`` (offloading is not implemented yet)
+``policy``                  a checkpoint policy: a ``fxremat.policies`` object, its text
+                            form (``"save_only_these_names:a,b"``) or JSON form
+                            (``docs/policies.md``); mincut only
+``offload_target``          ``"torch"`` (default: ``aten._to_copy`` to cpu and back) |
+                            ``"xla"`` (``xla::place_to_host`` / ``place_to_device``)
+``barrier``                 ``True`` (xla target only): ``xla::optimization_barrier``
+                            before every recomputed region of the backward
+``keep_annotations``        ``True``: keep ``fxremat::checkpoint_name`` /
+                            ``xla::name_tensor`` ops in the graphs (default: folded away)
 ``dump_dir``                write each partition's ``forward.json.gz``,
                             ``backward.json.gz``, ``signature.json`` and
                             ``residuals.txt`` to a new directory under it (disables the
@@ -50,10 +57,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ._partition_fn import MINCUT_OPTIONS, check_not_implemented, check_partitioner, partition_fn
+from ._partition_fn import MINCUT_OPTIONS, check_partitioner, partition_fn
 
 COMPILERS = ("inductor", "aot_eager", "eager")
-BACKEND_OPTIONS = ("compiler", "partitioner", "policy", "offload", "dump_dir", "dump", "fallback")
+BACKEND_OPTIONS = ("compiler", "partitioner", "policy", "offload_target", "barrier", "keep_annotations", "dump_dir",
+                   "dump", "fallback")
 
 
 @dataclass
@@ -61,7 +69,9 @@ class BackendOptions:
     compiler: str = "inductor"
     partitioner: str = "mincut"
     policy: Any = None
-    offload: Any = None
+    offload_target: str = "torch"
+    barrier: bool = False
+    keep_annotations: bool = False
     dump_dir: str | None = None
     fallback: bool = False
     mincut: dict[str, Any] = field(default_factory=dict)
@@ -81,8 +91,9 @@ class BackendOptions:
             raise ValueError(f"fxremat backend: unknown compiler {o.compiler!r} (available: {', '.join(COMPILERS)})")
         o.partitioner = options.pop("partitioner", o.partitioner)
         o.policy = options.pop("policy", None)
-        o.offload = options.pop("offload", None)
-        check_not_implemented(o.policy, o.offload)
+        o.offload_target = options.pop("offload_target", "torch")
+        o.barrier = bool(options.pop("barrier", False))
+        o.keep_annotations = bool(options.pop("keep_annotations", False))
         dump_dir = options.pop("dump_dir", None)
         if options.pop("dump", False) and dump_dir is None:
             dump_dir = os.environ.get("FXREMAT_DUMP_DIR") or "fxremat_dump"
@@ -92,6 +103,10 @@ class BackendOptions:
         o.fallback = bool(options.pop("fallback", False))
         o.mincut = options  # only min-cut names are left
         check_partitioner(o.partitioner, o.mincut)
+        # policy, offload target and barrier are checked (and the policy parsed) here,
+        # before any compile starts
+        partition_fn(o.partitioner, o.mincut, policy=o.policy, offload_target=o.offload_target, barrier=o.barrier,
+                     keep_annotations=o.keep_annotations)
         return o
 
 
@@ -148,8 +163,8 @@ def fxremat_backend(gm, example_inputs: Sequence[Any], *, options: dict | None =
     import torch
 
     o = BackendOptions.parse(options)
-    pf = partition_fn(o.partitioner, o.mincut, policy=o.policy, offload=o.offload, dump_dir=o.dump_dir,
-                      fallback=o.fallback)
+    pf = partition_fn(o.partitioner, o.mincut, policy=o.policy, offload_target=o.offload_target, barrier=o.barrier,
+                      keep_annotations=o.keep_annotations, dump_dir=o.dump_dir, fallback=o.fallback)
     # Partitioning happens while this function runs; a cache hit in the AOTAutograd
     # cache would skip it, and with it the dump.
     patches = {"enable_autograd_cache": False} if o.dump_dir is not None else {}

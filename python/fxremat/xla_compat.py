@@ -1,55 +1,129 @@
-"""``xla::name_tensor`` without torch_xla.
+"""torch_xla's naming, placement and barrier ops without torch_xla.
 
-``xla::name_tensor(Tensor t, str name) -> Tensor`` tags a tensor with a name: it returns a
-copy of ``t`` (``clone``) and passes the gradient through unchanged. Graphs traced with
-it (tests, or on a TPU machine where the op was defined) name ``xla.name_tensor.default``;
-:func:`register` makes that op exist on a machine without torch_xla so such graphs load
-and run. If the op is already registered (torch_xla or user code defined it), nothing is
-done and the existing definition is used.
+Graphs that fxremat partitions or emits may name these ops:
+
+``xla::name_tensor(Tensor t, str name) -> Tensor``
+    tags a tensor with a name (seed 001): returns a copy (``clone``), the gradient
+    passes through unchanged;
+``xla::offload_name(Tensor t, str name) -> Tensor``
+    as ``name_tensor``, and asks for the value to be offloaded to host memory when it
+    is saved;
+``xla::place_to_host(Tensor t) -> Tensor`` / ``xla::place_to_device(Tensor t) -> Tensor``
+    what the xla offload target emits (torch_xla's ``annotate_device_placement`` with
+    ``"pinned_host"`` / ``"device"``); here plain copies;
+``xla::optimization_barrier(Tensor[] tensors) -> Tensor[]``
+    what ``barrier=True`` inserts before recomputed regions (``xm.optimization_barrier_``);
+    here copies of its inputs.
+
+:func:`register` (``name_tensor`` only, as before) and :func:`register_all` make these
+ops exist on a machine without torch_xla, so that such graphs load and run. An op that
+is already registered (torch_xla or user code defined it) is left alone and the existing
+definition is used.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import torch
 
 QUALNAME = "xla::name_tensor"
+OPS = ("name_tensor", "offload_name", "place_to_host", "place_to_device", "optimization_barrier")
 _lock = threading.Lock()
-_custom_op = None  # the torch.library.custom_op object, when we registered it
+_custom_ops: dict[str, object] = {}  # the torch.library.custom_op objects we registered
 
 
-def is_registered() -> bool:
-    """Whether ``torch.ops.xla.name_tensor.default`` resolves."""
+def _resolves(name: str) -> bool:
     try:
-        torch.ops.xla.name_tensor.default  # noqa: B018
+        getattr(torch.ops.xla, name).default  # noqa: B018
     except (AttributeError, RuntimeError):
         return False
     return True
 
 
+def is_registered(name: str = "name_tensor") -> bool:
+    """Whether ``torch.ops.xla.<name>.default`` resolves."""
+    return _resolves(name)
+
+
+def _passthrough(ctx, grad):
+    return grad, None
+
+
+def _define_named(name: str) -> object:
+    @torch.library.custom_op(f"xla::{name}", mutates_args=())
+    def op(t: torch.Tensor, name: str) -> torch.Tensor:
+        return t.clone()
+
+    @op.register_fake
+    def _(t: torch.Tensor, name: str) -> torch.Tensor:
+        return torch.empty_like(t)
+
+    op.register_autograd(_passthrough)
+    return op
+
+
+def _define_placement(name: str) -> object:
+    @torch.library.custom_op(f"xla::{name}", mutates_args=())
+    def op(t: torch.Tensor) -> torch.Tensor:
+        return t.clone()
+
+    @op.register_fake
+    def _(t: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(t)
+
+    op.register_autograd(lambda ctx, grad: grad)
+    return op
+
+
+def _define_barrier(name: str) -> object:
+    @torch.library.custom_op(f"xla::{name}", mutates_args=())
+    def op(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [t.clone() for t in tensors]
+
+    @op.register_fake
+    def _(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.empty_like(t) for t in tensors]
+
+    return op
+
+
+_DEFINERS: dict[str, Callable[[str], object]] = {
+    "name_tensor": _define_named,
+    "offload_name": _define_named,
+    "place_to_host": _define_placement,
+    "place_to_device": _define_placement,
+    "optimization_barrier": _define_barrier,
+}
+
+
+def register_op(name: str):
+    """Registers ``xla::<name>`` (one of :data:`OPS`) unless it exists; returns its
+    OpOverload."""
+    if name not in _DEFINERS:
+        raise ValueError(f"fxremat.xla_compat: unknown op xla::{name} (known: {', '.join(OPS)})")
+    with _lock:
+        if name not in _custom_ops and not _resolves(name):
+            _custom_ops[name] = _DEFINERS[name](name)
+    return getattr(torch.ops.xla, name).default
+
+
 def register():
     """Register ``xla::name_tensor`` unless it exists; return its OpOverload."""
-    global _custom_op
-    with _lock:
-        if not is_registered():
+    return register_op("name_tensor")
 
-            @torch.library.custom_op(QUALNAME, mutates_args=())
-            def name_tensor(t: torch.Tensor, name: str) -> torch.Tensor:
-                return t.clone()
 
-            @name_tensor.register_fake
-            def _(t: torch.Tensor, name: str) -> torch.Tensor:
-                return torch.empty_like(t)
-
-            def _backward(ctx, grad):
-                return grad, None
-
-            name_tensor.register_autograd(_backward)
-            _custom_op = name_tensor
-    return torch.ops.xla.name_tensor.default
+def register_all() -> dict[str, object]:
+    """Registers every op of :data:`OPS` that does not exist; returns ``{name: OpOverload}``."""
+    return {name: register_op(name) for name in OPS}
 
 
 def name_tensor(t: torch.Tensor, name: str) -> torch.Tensor:
     """Call ``xla::name_tensor`` (registering it first when needed)."""
     return register()(t, name)
+
+
+def offload_name(t: torch.Tensor, name: str) -> torch.Tensor:
+    """Call ``xla::offload_name`` (registering it first when needed)."""
+    return register_op("offload_name")(t, name)

@@ -1,11 +1,14 @@
 // Golden tests: every tests/golden/*.test file holds cases separated by
 // "// -----". The first line says what to run ("// RUN: print", "// RUN:
-// partition-default", "// RUN: json"); each case is IR text followed by
+// partition-default", "// RUN: json"; a later RUN line switches the action for
+// its case and the ones after it); each case is IR text followed by
 // FileCheck directives, or by "// expected-error {{...}}" for a case that must
 // fail with that message.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -16,6 +19,9 @@
 #include "passes/cleanup_recompute_tags.h"
 #include "passes/cse.h"
 #include "passes/default_partition.h"
+#include "passes/emit_offload.h"
+#include "passes/fold_annotations.h"
+#include "passes/insert_barriers.h"
 #include "passes/min_cut_partition.h"
 
 namespace fs = std::filesystem;
@@ -28,6 +34,7 @@ struct GoldenCase {
   std::string text;
   std::vector<CheckDirective> checks;
   std::string expected_error;
+  std::string run;  // the last RUN line at or before this case
   int first_line = 0;
 };
 
@@ -48,9 +55,11 @@ std::vector<GoldenCase> SplitCases(const std::string& contents, std::string& run
     if (line.rfind("// -----", 0) == 0) {
       cases.emplace_back();
       cases.back().first_line = line_no + 1;
+      cases.back().run = run;
       continue;
     }
-    if (auto r = strip("// RUN:")) { run = *r; continue; }
+    // A RUN line applies to its case and the cases after it.
+    if (auto r = strip("// RUN:")) { run = *r; cases.back().run = run; continue; }
     if (auto e = strip("// expected-error")) {
       size_t open = e->find("{{"), close = e->rfind("}}");
       std::string expected = e->substr(open + 2, close - open - 2);
@@ -67,6 +76,44 @@ std::vector<GoldenCase> SplitCases(const std::string& contents, std::string& run
     cases.back().text += line + "\n";
   }
   return cases;
+}
+
+std::string PrintPartition(const Partition& p) {
+  return "// forward\n" + PrintGraph(*p.forward) + "// backward\n" + PrintGraph(*p.backward) + "// signature\n" +
+         SignatureToJson(p.signature);
+}
+
+// "saved=a,b offload=a" -> {saved: [a, b], offload: [a]}; bare words under "".
+std::map<std::string, std::vector<std::string>> ParseWords(const std::string& words_text) {
+  std::map<std::string, std::vector<std::string>> result;
+  std::istringstream words(words_text);
+  for (std::string word; words >> word;) {
+    auto eq = word.find('=');
+    std::string key = eq == std::string::npos ? "" : word.substr(0, eq);
+    std::string values = eq == std::string::npos ? word : word.substr(eq + 1);
+    std::istringstream items(values);
+    for (std::string item; std::getline(items, item, ',');) result[key].push_back(item);
+  }
+  return result;
+}
+
+// Extracts with the saved values named in `saved=` (a partition the test fixes
+// instead of a solver), then marks the `offload=` ones offloaded.
+Expected<Partition> ExtractForTest(const Graph& joint, std::map<std::string, std::vector<std::string>>& words) {
+  std::vector<Node*> saved;
+  for (const std::string& name : words["saved"]) {
+    Node* n = joint.findNode(name);
+    if (!n) return Status::BadInput("no node '" + name + "' to save");
+    saved.push_back(n);
+  }
+  FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(joint, saved, "test"));
+  for (const std::string& name : words["offload"]) {
+    auto it = std::find_if(p.signature.saved.begin(), p.signature.saved.end(),
+                           [&](const SavedValue& s) { return s.name == name; });
+    if (it == p.signature.saved.end()) return Status::BadInput("'" + name + "' is not saved");
+    it->offloaded = true;
+  }
+  return p;
 }
 
 // Runs one action; returns the output text or the error.
@@ -99,6 +146,50 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     FXREMAT_ASSIGN_OR_RETURN(Partition p, MinCutPartition(*graph, options));
     return "// forward\n" + PrintGraph(*p.forward) + "// backward\n" + PrintGraph(*p.backward) +
            "// signature\n" + SignatureToJson(p.signature);
+  }
+  if (run == "fold-annotations" || run == "fold-annotations keep") {
+    FoldAnnotationsOptions options;
+    options.keep_annotations = run == "fold-annotations keep";
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, FoldAnnotations(*graph, options));
+    const std::string after = PrintGraph(*graph);
+    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
+    if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
+    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
+  }
+  if (run.rfind("extract", 0) == 0) {
+    // "extract saved=a,b [offload=a]": ExtractPartition with these saved values.
+    auto words = ParseWords(run.substr(7));
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractForTest(*graph, words));
+    return PrintPartition(p);
+  }
+  if (run.rfind("emit-offload", 0) == 0) {
+    // "emit-offload torch|xla saved=a,b offload=a"
+    auto words = ParseWords(run.substr(12));
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractForTest(*graph, words));
+    const OffloadTarget target = words[""].empty() || words[""][0] != "xla" ? OffloadTarget::kTorch : OffloadTarget::kXla;
+    const std::string before = PrintPartition(p);
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, EmitOffload(p, target));
+    const std::string after = PrintPartition(p);
+    if (!changed && after != before) return Status::Internal("pass said unchanged but edited the partition");
+    // Running it again changes nothing.
+    FXREMAT_ASSIGN_OR_RETURN(bool again, EmitOffload(p, target));
+    if (again || PrintPartition(p) != after) return Status::Internal("a second EmitOffload changed the partition");
+    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
+  }
+  if (run.rfind("insert-barriers", 0) == 0) {
+    // "insert-barriers saved=a,b [offload=a]" (offload to the xla target first)
+    auto words = ParseWords(run.substr(15));
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractForTest(*graph, words));
+    FXREMAT_RETURN_IF_ERROR(EmitOffload(p, OffloadTarget::kXla).status());
+    const std::string before = PrintPartition(p);
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, InsertBarriers(p));
+    const std::string after = PrintPartition(p);
+    if (!changed && after != before) return Status::Internal("pass said unchanged but edited the partition");
+    if (changed && after == before) return Status::Internal("pass said changed but the partition is identical");
+    // The emitted backward round-trips through the text form.
+    FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> bw, ParseGraph(PrintGraph(*p.backward)));
+    if (PrintGraph(*bw) != PrintGraph(*p.backward)) return Status::Internal("backward text does not round-trip");
+    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
   }
   if (run == "cse") {
     FXREMAT_ASSIGN_OR_RETURN(bool changed, EliminateCommonSubexpressions(*graph));
@@ -135,7 +226,7 @@ TEST_CASE("golden tests", "[golden]") {
     REQUIRE(!run.empty());
     for (const GoldenCase& c : cases) {
       INFO(file.filename().string() << ", case starting at line " << c.first_line);
-      Expected<std::string> out = RunAction(run, c.text);
+      Expected<std::string> out = RunAction(c.run, c.text);
       if (!c.expected_error.empty()) {
         REQUIRE_FALSE(out.ok());
         INFO("error was: " << out.status().ToString());

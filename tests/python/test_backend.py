@@ -175,8 +175,12 @@ def test_dump_dir_writes_graphs_signature_and_residual_report(tmp_path):
 @pytest.mark.parametrize(
     "options, error, match",
     [
-        ({"policy": "save_matmuls"}, NotImplementedError, "policies are not implemented yet"),
-        ({"offload": "cpu"}, NotImplementedError, "offloading saved values is not implemented yet"),
+        ({"policy": "save_matmuls"}, ValueError, "unknown policy 'save_matmuls'"),
+        ({"policy": print}, TypeError, "cannot run inside the C\\+\\+ partitioner"),
+        ({"offload": "cpu"}, ValueError, r"unknown option\(s\) \['offload'\]"),
+        ({"offload_target": "gpu"}, ValueError, "unknown offload_target 'gpu'"),
+        ({"barrier": True}, ValueError, "needs offload_target='xla'"),
+        ({"partitioner": "default", "policy": "dots_saveable"}, ValueError, "policy needs the mincut partitioner"),
         ({"partitioner": "greedy"}, ValueError, "unknown partitioner 'greedy'"),
         ({"compiler": "tvm"}, ValueError, "unknown compiler 'tvm'"),
         ({"recompute_view": True}, ValueError, r"unknown option\(s\) \['recompute_view'\]"),
@@ -190,7 +194,7 @@ def test_options_are_checked(options, error, match):
 
 def test_errors_reach_the_user_through_torch_compile():
     c = torch.compile(_mlp(), backend="fxremat", options={"policy": "everything"})
-    with pytest.raises(Exception, match="policies are not implemented yet"):
+    with pytest.raises(Exception, match="unknown policy 'everything'"):
         c(torch.randn(2, 16))
 
 

@@ -165,9 +165,9 @@ def test_traced_on_fake_tensors_only():
     assert sig["saved_bytes"] == fxremat.extract(p.fn, *p.args)[2]["saved_bytes"]
 
 
-def test_policy_is_a_placeholder():
+def test_bad_policy_and_partitioner_are_errors():
     p = programs.build("sin_mm")
-    with pytest.raises(NotImplementedError, match="policies are not implemented yet"):
+    with pytest.raises(ValueError, match="unknown policy 'save_matmuls'"):
         fxremat.extract(p.fn, *p.args, policy="save_matmuls")
     with pytest.raises(ValueError, match="unknown partitioner"):
         fxremat.extract(p.fn, *p.args, partitioner="greedy")

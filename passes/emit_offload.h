@@ -1,0 +1,26 @@
+// emit_offload: host-memory offload of the saved values the policy offloads.
+//
+// Note [Offload]
+// For every saved value with `offloaded` set, the forward computes the value on
+// the device as usual, copies it to host right after its last forward use and
+// returns the host copy in the value's forward-output slot; the backward takes
+// the host copy in the same input slot and reloads it to the device right before
+// its first use. Targets:
+//   torch: aten._to_copy.default(v, device=cpu, pin_memory=<v is on an
+//          accelerator>, non_blocking=True) and back to v's device;
+//   xla:   xla.place_to_host.default(v) / xla.place_to_device.default(h)
+//          (torch_xla's annotate_device_placement with "pinned_host").
+// Nothing is recomputed from an offloaded value's device copy in the backward:
+// the reload is the only source of it there.
+#pragma once
+
+#include "fxremat/partition.h"
+#include "fxremat/status.h"
+
+namespace fxremat {
+
+// Rewrites p.forward and p.backward and updates p.signature (the host copies'
+// names and facts). Returns "changed?"; re-runs CheckSignature.
+Expected<bool> EmitOffload(Partition& p, OffloadTarget target);
+
+}  // namespace fxremat

@@ -1,0 +1,221 @@
+"""The residual report: what the forward saves for the backward, value by value.
+
+    fxremat.print_saved_residuals(f, W1, W2, W3, x, policy=fxremat.policies.save_only_these_names("a"))
+
+prints one line per saved value, as JAX's ``jax.ad_checkpoint.print_saved_residuals``
+does, then the totals::
+
+    f32[5,4] from the argument primals_1 (W1)        saved      fw_out 1  bw_in 0
+    f32[5] named 'a' (prog.py:12 (f4))               saved      fw_out 5  bw_in 4
+    2 residuals: 100 B saved on device, 0 B offloaded to host
+
+The program is traced as :func:`fxremat.extract` traces it (fake tensors: nothing is
+computed) and partitioned with the policy. :func:`saved_residuals` returns the same as
+:class:`Residual` records.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64", "int32": "i32",
+           "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "b8", "complex64": "c64"}
+
+
+@dataclass
+class Residual:
+    """One saved value.
+
+    ``kind`` is ``"argument"`` (an input of the program; ``what`` is its argument
+    name, ``W1``, ``params[0]``, ``fc1.weight``), ``"named"`` (a value named by
+    :func:`fxremat.checkpoint_name`; ``what`` is the name), ``"op"`` (``what`` is the
+    op's short name, ``sin``) or ``"symint"``. :attr:`key` is ``(shape, kind, what)``.
+    """
+
+    shape: str  # "f32[5,4]"
+    kind: str
+    what: str
+    name: str  # the node's name in the graphs
+    names: list[str] = field(default_factory=list)
+    op: str | None = None  # "aten.sin.default"
+    location: str | None = None  # "prog.py:12 (g)"
+    decision: str = ""
+    offloaded: bool = False
+    forward_output_index: int = -1
+    backward_input_index: int = -1
+    bytes: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.shape, self.kind, self.what)
+
+    def describe(self) -> str:
+        loc = f" ({self.location})" if self.location else ""
+        if self.kind == "argument":
+            return f"{self.shape} from the argument {self.what}"
+        if self.kind == "named":
+            return f"{self.shape} named {self.what!r}{loc}"
+        if self.kind == "symint":
+            return f"{self.shape} symbolic size {self.name}"
+        return f"{self.shape} output of {self.op or self.what}{loc}"
+
+
+def shape_text(entry: dict) -> str:
+    """``f32[5,4]`` for a signature's saved entry (``Sym(s0)`` for a symint)."""
+    if entry.get("kind") != "tensor":
+        return f"Sym({entry.get('expr', '?')})"
+    dims = [str(d["sym"]) if isinstance(d, dict) else str(d) for d in entry.get("shape", [])]
+    dt = entry.get("dtype", "?")
+    return f"{_DTYPES.get(dt, dt)}[{','.join(dims)}]"
+
+
+def _location_of(node: Any) -> str | None:
+    """``file.py:12 (fn)`` from the innermost frame of a node's stack trace."""
+    st = getattr(node, "meta", {}).get("stack_trace") if node is not None else None
+    if not st:
+        return None
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', st)
+    if not frames:
+        return None
+    f, line, fn = frames[-1]
+    return f"{os.path.basename(f)}:{line} ({fn})"
+
+
+def _short_op(op: str) -> str:
+    """``sin`` for ``aten.sin.default``, ``mm`` for ``aten.mm.default``."""
+    parts = op.split(".")
+    return parts[1] if len(parts) == 3 else op
+
+
+def argument_text(path: str | None, fn: Any) -> str | None:
+    """The user's spelling of an input path: ``args[0]`` of ``f(W1, ...)`` is ``W1``,
+    ``args[0][1]`` of ``loss(params, x, y)`` is ``params[1]``, ``params['fc1.weight']`` is
+    ``fc1.weight``."""
+    if not path:
+        return None
+    from ._paths import parse_path
+
+    try:
+        root, keys = parse_path(path)
+    except ValueError:
+        return path
+
+    def rest(ks: list) -> str:
+        return "".join(f"[{k!r}]" if kind == "item" else f".{k}" for kind, k in ks)
+
+    if root in ("params", "buffers") and keys and keys[0][0] == "item":
+        return str(keys[0][1]) + rest(keys[1:])
+    if root == "kwargs" and keys and keys[0][0] == "item":
+        return str(keys[0][1]) + rest(keys[1:])
+    if root == "args" and keys and keys[0][0] == "item" and isinstance(keys[0][1], int):
+        target = fn.forward if hasattr(fn, "forward") and not inspect.isfunction(fn) else fn
+        try:
+            params = list(inspect.signature(target).parameters.values())
+        except (TypeError, ValueError):
+            return path
+        i = keys[0][1]
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if i < len(positional):
+            return positional[i].name + rest(keys[1:])
+        var = [p for p in params if p.kind == p.VAR_POSITIONAL]
+        if var:
+            return f"{var[0].name}[{i - len(positional)}]" + rest(keys[1:])
+    return path
+
+
+def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = None) -> list[Residual]:
+    """:class:`Residual` records for a signature's saved values, in forward-output
+    order. ``joint_gm`` (the joint graph) supplies ops and locations the signature
+    lacks; ``fn`` turns input paths into argument names."""
+    nodes = {n.name: n for n in joint_gm.graph.nodes} if joint_gm is not None else {}
+    primals = {p["name"]: p for p in signature.get("primals", [])}
+    out = []
+    for s in sorted(signature["saved"], key=lambda s: s["forward_output_index"]):
+        name = s["name"]
+        names = list(s.get("names") or ([s["annotation"]] if s.get("annotation") else []))
+        node = nodes.get(name)
+        op = s.get("origin_op") or None
+        if op is None and node is not None and node.op == "call_function":
+            op = str(node.target)
+        location = s.get("origin_location") or _location_of(node) or None
+        if s.get("kind") != "tensor":
+            kind, what = "symint", name
+        elif name in primals:
+            kind = "argument"
+            what = argument_text(primals[name].get("path"), fn) or name
+        elif names:
+            kind, what = "named", names[0]
+        else:
+            kind, what = "op", _short_op(op) if op else name
+        out.append(Residual(shape=shape_text(s), kind=kind, what=what, name=name, names=names, op=op,
+                            location=location, decision=s.get("decision", "") or "",
+                            offloaded=bool(s.get("offloaded", False)),
+                            forward_output_index=int(s["forward_output_index"]),
+                            backward_input_index=int(s["backward_input_index"]), bytes=int(s.get("bytes", 0))))
+    return out
+
+
+def format_report(residuals: list[Residual]) -> str:
+    """The report's text (the same layout as the C++ ``ResidualReport``)."""
+    rows = []
+    for r in residuals:
+        what = r.describe()
+        if r.kind == "argument":
+            what = f"{r.shape} from the argument {r.name} ({r.what})" if r.name != r.what else what
+        rows.append((what, "offloaded" if r.offloaded else "saved", r.forward_output_index, r.backward_input_index))
+    width = max((len(w) for w, *_ in rows), default=0)
+    lines = [f"{w:<{width}}  {how:<9}  fw_out {f}  bw_in {b}" for w, how, f, b in rows]
+    on_device = sum(r.bytes for r in residuals if not r.offloaded)
+    offloaded = sum(r.bytes for r in residuals if r.offloaded)
+    lines.append(f"{len(residuals)} residuals: {on_device} B saved on device, {offloaded} B offloaded to host")
+    return "\n".join(lines) + "\n"
+
+
+def residual_report(signature: dict, joint_gm: Any = None, fn: Any = None) -> str:
+    """The report for a signature: the C++ library's (``fxremat._C.residual_report``)
+    when the extension has it, with input paths spelled as argument names; else made
+    here in the same layout."""
+    from ._partition import _extension
+
+    _C = _extension()
+    native = getattr(_C, "residual_report", None)
+    if native is not None:
+        sig = dict(signature)
+        sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
+                          signature.get("primals", [])]
+        return native(json.dumps(sig))
+    return format_report(residuals_from_signature(signature, joint_gm, fn))
+
+
+def _trace(fn: Callable[..., Any], args: tuple, kwargs: dict, policy: Any, partitioner: str, offload_target: str):
+    from ._extract import _extract
+
+    _, _, sig, joint = _extract(fn, args, kwargs, policy=policy, partitioner=partitioner,
+                                offload_target=offload_target, barrier=False, keep_annotations=False)
+    return sig, joint
+
+
+def saved_residuals(fn: Callable[..., Any], *args: Any, policy: Any = None, partitioner: str = "mincut",
+                    offload_target: str = "torch", **kwargs: Any) -> list[Residual]:
+    """What the forward of ``fn(*args, **kwargs)`` saves under ``policy``, as
+    :class:`Residual` records in forward-output order (traced on fake tensors, as
+    :func:`fxremat.extract`)."""
+    sig, joint = _trace(fn, args, kwargs, policy, partitioner, offload_target)
+    return residuals_from_signature(sig, joint.gm, fn)
+
+
+def print_saved_residuals(fn: Callable[..., Any], *args: Any, policy: Any = None, partitioner: str = "mincut",
+                          offload_target: str = "torch", file: Any = None, **kwargs: Any) -> str:
+    """Prints (to ``file``, default stdout) and returns the residual report of
+    ``fn(*args, **kwargs)`` under ``policy``: JAX's ``print_saved_residuals`` for
+    PyTorch programs. Keyword arguments named ``policy``, ``partitioner``,
+    ``offload_target`` or ``file`` are not passed to ``fn``."""
+    sig, joint = _trace(fn, args, kwargs, policy, partitioner, offload_target)
+    text = residual_report(sig, joint.gm, fn)
+    print(text, end="", file=file)
+    return text

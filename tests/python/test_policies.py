@@ -1,0 +1,138 @@
+"""Checkpoint policies (fxremat.policies): the Python objects, their JSON and text
+forms, and what each policy kind saves, recomputes or offloads on small programs with
+names (fxremat.checkpoint_name) and matrix products.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import fxremat
+from fxremat import policies as P
+
+# --------------------------------------------------------------------------------------
+# The objects: repr, JSON form, text form
+# --------------------------------------------------------------------------------------
+
+
+def test_every_kind_has_a_repr_and_a_json_form():
+    cases = [
+        (P.everything_saveable, "everything_saveable", {"policy": "everything_saveable"}),
+        (P.nothing_saveable, "nothing_saveable", {"policy": "nothing_saveable"}),
+        (P.dots_saveable, "dots_saveable", {"policy": "dots_saveable"}),
+        (P.checkpoint_dots, "dots_saveable", {"policy": "dots_saveable"}),
+        (P.dots_with_no_batch_dims_saveable, "dots_with_no_batch_dims_saveable",
+         {"policy": "dots_with_no_batch_dims_saveable"}),
+        (P.save_only_these_names("a", "b"), "save_only_these_names('a', 'b')",
+         {"policy": "save_only_these_names", "names": ["a", "b"]}),
+        (P.save_any_names_but_these("a"), "save_any_names_but_these('a')",
+         {"policy": "save_any_names_but_these", "names": ["a"]}),
+        (P.save_anything_except_these_names("a"), "save_anything_except_these_names('a')",
+         {"policy": "save_anything_except_these_names", "names": ["a"]}),
+        (P.save_and_offload_only_these_names(names_which_can_be_saved=["y"], names_which_can_be_offloaded=["z"]),
+         "save_and_offload_only_these_names(names_which_can_be_saved=['y'], names_which_can_be_offloaded=['z'], "
+         "offload_src='device', offload_dst='pinned_host')",
+         {"policy": "save_and_offload_only_these_names", "names": ["y"], "offload_names": ["z"],
+          "offload_src": "device", "offload_dst": "pinned_host"}),
+        (P.offload_dot_with_no_batch_dims("device", "pinned_host"), "offload_dot_with_no_batch_dims('device', 'pinned_host')",
+         {"policy": "offload_dot_with_no_batch_dims", "offload_src": "device", "offload_dst": "pinned_host"}),
+        (P.save_ops(torch.ops.aten.mm, torch.ops.aten.addmm.default, "aten::bmm"),
+         "save_ops('aten.mm', 'aten.addmm.default', 'aten.bmm')",
+         {"policy": "save_ops", "ops": ["aten.mm", "aten.addmm.default", "aten.bmm"]}),
+        (P.checkpoint_policy(by_name={"a": torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE},
+                             by_op={torch.ops.aten.mm: "PREFER_RECOMPUTE"}, default="CheckpointPolicy.PREFER_SAVE"),
+         "checkpoint_policy(by_name={'a': 'MUST_SAVE'}, by_op={'aten.mm': 'PREFER_RECOMPUTE'}, default='PREFER_SAVE')",
+         {"policy": "checkpoint_policy", "by_name": {"a": "MUST_SAVE"}, "by_op": {"aten.mm": "PREFER_RECOMPUTE"},
+          "default": "PREFER_SAVE"}),
+    ]
+    for policy, text, doc in cases:
+        assert repr(policy) == text
+        assert policy.to_json() == doc
+        assert P.Policy.from_json(json.loads(json.dumps(doc))) == policy
+        assert P.as_policy_json(policy) == doc
+
+
+def test_composition():
+    a, b = P.save_only_these_names("a"), P.dots_saveable
+    both = a & b
+    assert repr(both) == "all_of(save_only_these_names('a'), dots_saveable)"
+    assert both.to_json() == {"policy": "all_of", "policies": [a.to_json(), b.to_json()]}
+    assert (both & P.nothing_saveable) == P.all_of(a, b, P.nothing_saveable)  # flattened
+    assert P.as_policy_json([a.to_json(), b.to_json()]) == both.to_json()  # a JSON list is all_of
+    either = P.save_from_both_policies(a, b)
+    assert repr(either) == "save_from_both_policies(save_only_these_names('a'), dots_saveable)"
+    assert either.to_json()["policies"] == [a.to_json(), b.to_json()]
+    with pytest.raises(ValueError, match="policy_2 must be a saveable/not-saveable policy"):
+        P.save_from_both_policies(a, P.save_ops("aten.mm"))
+
+
+def test_text_form():
+    assert P.parse("save_only_these_names:attn_out,mlp_out") == P.save_only_these_names("attn_out", "mlp_out")
+    assert P.parse("save_and_offload_only_these_names:save=y;offload=z") == P.save_and_offload_only_these_names(
+        names_which_can_be_saved=["y"], names_which_can_be_offloaded=["z"])
+    assert P.parse("offload_dot_with_no_batch_dims") == P.offload_dot_with_no_batch_dims()
+    assert P.parse("offload_dot_with_no_batch_dims:device,pinned_host") == P.offload_dot_with_no_batch_dims()
+    assert P.parse("save_ops:aten.mm,aten.addmm") == P.save_ops("aten.mm", "aten.addmm")
+    assert P.parse("checkpoint_policy:a=MUST_SAVE,b=PREFER_RECOMPUTE;op:aten.mm=MUST_SAVE;default=PREFER_RECOMPUTE") == \
+        P.checkpoint_policy(by_name={"a": "MUST_SAVE", "b": "PREFER_RECOMPUTE"}, by_op={"aten.mm": "MUST_SAVE"},
+                            default="PREFER_RECOMPUTE")
+    assert P.parse("save_from_both_policies:dots_saveable|save_only_these_names:a") == \
+        P.save_from_both_policies(P.dots_saveable, P.save_only_these_names("a"))
+    assert P.parse("dots_saveable+save_only_these_names:a") == P.dots_saveable & P.save_only_these_names("a")
+    # as_policy_json parses text with the C++ library when the extension has parse_policy
+    assert P.as_policy_json("save_only_these_names:a,b") == P.save_only_these_names("a", "b").to_json()
+    assert P.as_policy_json(None) is None
+    assert P.as_policy_json('{"policy": "dots_saveable"}') == {"policy": "dots_saveable"}
+    with pytest.raises(ValueError, match="unknown policy 'save_matmuls'"):
+        P.as_policy_json("save_matmuls")
+
+
+def test_bad_policies_are_rejected():
+    with pytest.raises(ValueError, match=r"must be exclusive; both contain 'y'"):
+        P.save_and_offload_only_these_names(names_which_can_be_saved=["x", "y"], names_which_can_be_offloaded=["y"])
+    with pytest.raises(ValueError, match="offload_dst must be one of"):
+        P.offload_dot_with_no_batch_dims("device", "disk")
+    with pytest.raises(ValueError, match="unknown checkpoint decision 'SAVE'"):
+        P.checkpoint_policy(by_name={"a": "SAVE"})
+    with pytest.raises(ValueError, match="not an operator name"):
+        P.save_ops("mm")
+    with pytest.raises(TypeError, match="cannot run inside the C\\+\\+ partitioner"):
+        P.as_policy_json(lambda ctx, op, *a, **k: None)
+    with pytest.raises(ValueError, match=r"unknown policy field\(s\) \['name'\]"):
+        P.as_policy_json({"policy": "save_only_these_names", "name": ["a"]})
+
+
+# --------------------------------------------------------------------------------------
+# checkpoint_name
+# --------------------------------------------------------------------------------------
+
+
+def test_checkpoint_name_is_an_identity_with_a_passthrough_gradient():
+    x = torch.randn(5, requires_grad=True)
+    y = fxremat.checkpoint_name(torch.sin(x), "a")
+    assert torch.equal(y, torch.sin(x)) and y.data_ptr() != x.data_ptr()
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.cos(x))
+    assert torch.ops.fxremat.checkpoint_name.default is not None
+    with pytest.raises(TypeError, match="name must be a str"):
+        fxremat.checkpoint_name(x, 3)
+
+
+def test_checkpoint_name_compiles_fullgraph_and_traces():
+    def f(x):
+        return fxremat.checkpoint_name(torch.sin(x), "a") * 2
+
+    x = torch.randn(5, requires_grad=True)
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="aot_eager", fullgraph=True)(x)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * torch.cos(x))
+    joint = fxremat.export_joint(f, x)
+    targets = [n.target for n in joint.gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.fxremat.checkpoint_name.default in targets
+    # the format can name it, and reading it back resolves it
+    gm = fxremat.from_json(fxremat.to_json(joint.gm))
+    assert torch.ops.fxremat.checkpoint_name.default in [n.target for n in gm.graph.nodes]
