@@ -12,6 +12,25 @@
 // into the backward; X_out -> sink says X's value must be available to the
 // backward. A minimum cut then picks the cheapest set of X_in -> X_out edges
 // separating the forward's inputs from what the backward needs: the saved values.
+//
+// Note [Policy demands in the cut]
+// ApplyPolicy (fxremat/policy.h) leaves one decision per value in
+// meta().recompute; the network honours it as follows.
+//   MUST_RECOMPUTE      X_in -> sink (infinite), as the reference does.
+//   PREFER_RECOMPUTE    the save edge costs prefer_recompute_factor times its
+//                       usual weight, and no heuristic bans X (the reference's
+//                       must_recompute also skips them); a random op is still
+//                       banned, so it is saved rather than replayed. The
+//                       reference treats PREFER_RECOMPUTE as MUST_RECOMPUTE.
+//   MUST_SAVE           banned from recomputation (source -> X_in, infinite).
+//   MUST_CPU_OFFLOAD    as MUST_SAVE; saved values are then offloaded.
+//   PREFER_SAVE         source -> X_in with prefer_save_factor times the save
+//                       edge's weight: recomputing X is charged more than saving
+//                       it, so with a factor above 1 X is saved whenever the
+//                       backward needs it and it can be saved (JAX's
+//                       "saveable"); X is still never saved when nothing needs
+//                       it. The reference ignores PREFER_SAVE.
+//   PREFER_CPU_OFFLOAD  as PREFER_SAVE; saved values are then offloaded.
 #include "passes/min_cut_partition.h"
 
 #include <algorithm>
@@ -23,6 +42,7 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/policy.h"
 #include "passes/cleanup_recompute_tags.h"
 #include "passes/cse.h"
 #include "passes/default_partition.h"
@@ -135,7 +155,15 @@ int64_t SizeOf(const Node& n) {
 // Why an infinite edge exists, for the infeasible-cut explanation.
 enum class EdgeReason : uint8_t {
   kNone, kCannotRecompute, kCannotSave, kDataDependency, kAvailableForBackward, kComputedInBackward, kMustRecompute,
+  kPreferSave,
 };
+
+// a * factor, saturating below the infinite capacity.
+int64_t Scaled(int64_t a, double factor) {
+  const double v = static_cast<double>(a) * factor;
+  const double cap = static_cast<double>(kInfiniteCapacity) / 4;
+  return v >= cap ? static_cast<int64_t>(cap) : static_cast<int64_t>(v);
+}
 
 class NetworkBuilder {
  public:
@@ -168,7 +196,10 @@ class NetworkBuilder {
   bool IsMaterializedBackwards(const Node& node) const;
   const char* ShouldBanRecomputation(const Node& node) const;
   bool IsMaterialized(const Node& node) const;
-  bool BanRecomputationIfAllowed(const Node& node, const std::string& reason);
+  // `forced` bans even a PREFER_RECOMPUTE value (primals, random ops); the
+  // heuristics do not.
+  bool BanRecomputationIfAllowed(const Node& node, const std::string& reason, bool forced = false);
+  Decision DecisionOf(const Node& n) const { return decision_[n.index()]; }
   int64_t FindFirstUnfusible(const std::vector<Node*>& start_nodes, int64_t max_range) const;
   Status ExplainInfinitePath(const std::vector<int32_t>& path) const;
   std::string VertexName(int32_t v) const;
@@ -183,6 +214,7 @@ class NetworkBuilder {
   std::vector<OpCategory> cat_;
   std::vector<int64_t> dist_from_bw_, fw_order_;
   std::vector<bool> banned_, required_bw_, static_lifetime_;
+  std::vector<Decision> decision_;
   std::vector<Node*> banned_order_;
   std::vector<const Node*> order_to_node_;  // required-forward nodes by fw order
   // Effective heuristics (aggressive_recomputation turns most off).
@@ -206,6 +238,7 @@ bool NetworkBuilder::IsMaterializedBackwards(const Node& node) const {
 const char* NetworkBuilder::ShouldBanRecomputation(const Node& node) const {
   if (!node.isCallFunction() || node.isGetItem()) return nullptr;
   if (node.meta().recompute == "MUST_SAVE") return "marked MUST_SAVE";
+  if (node.meta().recompute == "MUST_CPU_OFFLOAD") return "marked MUST_CPU_OFFLOAD";
   const OpCategory& c = cat_[node.index()];
   if (options_.recompute_views && c.view) return nullptr;
   if (node.target() == "aten.lift_fresh_copy.default" || node.target() == "aten.lift_fresh.default") return nullptr;
@@ -234,9 +267,10 @@ bool NetworkBuilder::IsMaterialized(const Node& node) const {
   return false;
 }
 
-bool NetworkBuilder::BanRecomputationIfAllowed(const Node& node, const std::string& reason) {
+bool NetworkBuilder::BanRecomputationIfAllowed(const Node& node, const std::string& reason, bool forced) {
   if (cat_[node.index()].view) return false;
-  if (MustRecompute(node)) return false;
+  if (DecisionOf(node) == Decision::kMustRecompute) return false;
+  if (DecisionOf(node) == Decision::kPreferRecompute && !forced) return false;
   if (node.val().kind == ValueFacts::Kind::kSymFloat) return false;
   if (banned_[node.index()]) return true;  // one source edge per node
   banned_[node.index()] = true;
@@ -305,6 +339,12 @@ void NetworkBuilder::ComputeNodeFacts() {
       if (p->path().rfind("params[", 0) == 0 || p->path().rfind("buffers[", 0) == 0) static_lifetime_[p->index()] = true;
   }
   banned_.assign(n_, false);
+  decision_.assign(n_, Decision::kNone);
+  for (const auto& up : joint_.nodes()) {
+    if (up->meta().recompute.empty()) continue;
+    auto d = DecisionFromName(up->meta().recompute);
+    if (d.ok()) decision_[up->index()] = *d;  // unknown tags were rejected by ApplyPolicy or are ignored
+  }
   ban_used_far_apart_ = options_.ban_recompute_used_far_apart && !options_.aggressive_recomputation;
   ban_long_chains_ = options_.ban_recompute_long_fusible_chains && !options_.aggressive_recomputation;
   ban_materialized_ = options_.ban_recompute_materialized_backward && !options_.aggressive_recomputation;
@@ -322,13 +362,17 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
       return;
     }
   }
-  if (MustRecompute(node)) {
+  const Decision decision = DecisionOf(node);
+  if (decision == Decision::kMustRecompute) {
     AddEdge(In(node), Sink(), kInfiniteCapacity, EdgeReason::kMustRecompute);
     return;
   }
-  if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input");
-  else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed");
-  if (RequiredFw(node))
+  const bool prefer_recompute = decision == Decision::kPreferRecompute;
+  if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input", /*forced=*/true);
+  else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed", /*forced=*/true);
+  if (prefer_recompute && (cat_[i].random || (node.opInfo() && node.opInfo()->hasTag("nondeterministic_seeded"))))
+    BanRecomputationIfAllowed(node, "random op: replaying it would draw different numbers", /*forced=*/true);
+  if (RequiredFw(node) && !prefer_recompute)
     if (const char* reason = ShouldBanRecomputation(node)) BanRecomputationIfAllowed(node, reason);
 
   int64_t weight = 0;
@@ -348,8 +392,16 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
     weight = static_cast<int64_t>(static_cast<double>(SizeOf(node)) * std::pow(1.1, static_cast<double>(exponent)));
     if (!IsMaterialized(node)) weight *= 2;
   }
-  if (!cannot_save.empty()) AddEdge(In(node), Out(node), kInfiniteCapacity, EdgeReason::kCannotSave, "cannot save: " + cannot_save);
-  else AddEdge(In(node), Out(node), weight, EdgeReason::kNone);
+  if (!cannot_save.empty()) {
+    AddEdge(In(node), Out(node), kInfiniteCapacity, EdgeReason::kCannotSave, "cannot save: " + cannot_save);
+  } else {
+    if (prefer_recompute) weight = Scaled(std::max<int64_t>(weight, 1), options_.prefer_recompute_factor);
+    AddEdge(In(node), Out(node), weight, EdgeReason::kNone);
+    // Note [Policy demands in the cut]: recomputing a preferred-saved value costs more than saving it.
+    if ((decision == Decision::kPreferSave || decision == Decision::kPreferOffload) && !banned_[i])
+      AddEdge(Source(), In(node), Scaled(std::max<int64_t>(weight, 1), options_.prefer_save_factor),
+              EdgeReason::kPreferSave);
+  }
   for (const Node* user : node.users())
     if (!user->isOutput())  // the output node's vertex is a dead end
       AddEdge(Out(node), In(*user), kInfiniteCapacity, EdgeReason::kDataDependency);
@@ -444,7 +496,8 @@ Status NetworkBuilder::ExplainInfinitePath(const std::vector<int32_t>& path) con
                                 : fmt::format("must be computed in backward: depends on {}", cause->name());
         break;
       }
-      case EdgeReason::kMustRecompute: reason = "must recompute: marked by checkpoint policy"; break;
+      case EdgeReason::kMustRecompute: reason = "must recompute: marked MUST_RECOMPUTE"; break;
+      case EdgeReason::kPreferSave: reason = "?"; break;
       case EdgeReason::kNone: reason = "?"; break;
     }
     lines += fmt::format("\n  {}: {}", node.name(), reason);
@@ -479,8 +532,11 @@ Expected<MinCutSolution> NetworkBuilder::Solve() {
       return Status::Internal(fmt::format("cut edge {} -> {} is not a node's save edge", VertexName(from), VertexName(to)));
     saved[static_cast<size_t>(from / 2)] = true;
   }
-  for (const auto& up : joint_.nodes())
-    if (saved[up->index()]) solution.saved_values.push_back(up.get());
+  for (const auto& up : joint_.nodes()) {
+    if (!saved[up->index()]) continue;
+    solution.saved_values.push_back(up.get());
+    if (IsOffload(DecisionOf(*up))) solution.offloaded_values.push_back(up.get());
+  }
   return solution;
 }
 
@@ -501,6 +557,14 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
   if (name == "ban_recompute_reductions") return as_bool(options.ban_recompute_reductions);
   if (name == "treat_parameters_as_free_to_save") return as_bool(options.treat_parameters_as_free_to_save);
   if (name == "cse") return as_bool(options.cse);
+  if (name == "prefer_save_factor" || name == "prefer_recompute_factor") {
+    char* end = nullptr;
+    double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !(v >= 0))
+      return Status::BadInput(fmt::format("option {} takes a non-negative number, not '{}'", name, value));
+    (name == "prefer_save_factor" ? options.prefer_save_factor : options.prefer_recompute_factor) = v;
+    return Status::Ok();
+  }
   if (name == "max_dist_from_bw" || name == "activation_memory_budget") {
     char* end = nullptr;
     double v = std::strtod(value.c_str(), &end);
@@ -550,6 +614,17 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& op
 
 namespace {
 
+// Marks the saved values the solver chose to offload, and records every saved
+// value's decision, in the signature.
+void AnnotateSaved(const Graph& g, const std::vector<Node*>& offloaded, Partition& p) {
+  std::set<std::string> offload_names;
+  for (const Node* n : offloaded) offload_names.insert(n->name());
+  for (SavedValue& v : p.signature.saved) {
+    v.offloaded = offload_names.count(v.name) > 0;
+    if (const Node* n = g.findNode(v.name)) v.decision = n->meta().recompute;
+  }
+}
+
 // Partitions `g`, which is already CSE'd and tag-cleaned.
 Expected<Partition> PartitionPrepared(const Graph& g, const MinCutOptions& options) {
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(g));
@@ -559,13 +634,17 @@ Expected<Partition> PartitionPrepared(const Graph& g, const MinCutOptions& optio
   if (!any_required_bw) {
     // Nothing depends on a tangent: as the reference, hand over to the default partition.
     FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(g));
-    return ExtractPartition(g, saved, "mincut");
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, saved, "mincut"));
+    AnnotateSaved(g, {}, p);
+    return p;
   }
   FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(g, options));
   std::vector<Node*> saved;
   for (Node* n : solution.saved_values)
     if (!IsAssertOnlySymBool(*n)) saved.push_back(n);
-  return ExtractPartition(g, saved, "mincut");
+  FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, saved, "mincut"));
+  AnnotateSaved(g, solution.offloaded_values, p);
+  return p;
 }
 
 }  // namespace
@@ -578,7 +657,10 @@ Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& opt
   // The reference mutates the joint graph (CSE, tags, forced saves); fxremat
   // works on a copy, made only when one of those steps has something to change.
   const bool has_duplicates = options.cse && !FindCommonSubexpressions(joint).empty();
-  if (!has_recomputable && !has_collectives && !has_duplicates) return PartitionPrepared(joint, options);
+  bool has_demands = options.policy.has_value();
+  for (const auto& up : joint.nodes())
+    has_demands = has_demands || !up->meta().recompute.empty() || up->meta().offload_requested;
+  if (!has_recomputable && !has_collectives && !has_duplicates && !has_demands) return PartitionPrepared(joint, options);
   std::unique_ptr<Graph> g = CloneGraph(joint);
   if (has_duplicates) FXREMAT_RETURN_IF_ERROR(EliminateCommonSubexpressions(*g).status());
   if (has_recomputable) FXREMAT_RETURN_IF_ERROR(CleanupRecomputeTags(*g, /*is_default_partition=*/false).status());
@@ -586,6 +668,9 @@ Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& opt
   for (const auto& up : g->nodes())
     if (up->isCallFunction() && up->target().rfind("_c10d_functional.", 0) == 0 && !MustRecompute(*up))
       up->meta().recompute = "MUST_SAVE";
+  // Policy, tags and annotations become one decision per value.
+  if (has_demands)
+    FXREMAT_RETURN_IF_ERROR(ApplyPolicy(*g, options.policy ? &*options.policy : nullptr).status());
   return PartitionPrepared(*g, options);
 }
 

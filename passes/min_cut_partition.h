@@ -10,6 +10,7 @@
 
 #include "fxremat/ir.h"
 #include "fxremat/partition.h"
+#include "fxremat/policy.h"
 #include "fxremat/status.h"
 #include "src/max_flow.h"
 
@@ -50,6 +51,16 @@ struct MinCutOptions {
   // (fxremat's own) is the default: bench/ measures it faster than Boost's
   // Boykov-Kolmogorov on joint graphs (docs/benchmarks.md).
   MaxFlowAlgorithm max_flow = MaxFlowAlgorithm::kDinic;
+  // The checkpoint policy (policy.h); unset: only the nodes' recompute tags and
+  // offload annotations constrain the cut.
+  std::optional<PolicySpec> policy;
+  // Note [Policy demands in the cut]: recomputing a PREFER_SAVE or
+  // PREFER_CPU_OFFLOAD value costs prefer_save_factor times the cost of saving
+  // it (> 1: saved whenever it is needed and can be saved, JAX's "saveable");
+  // saving a PREFER_RECOMPUTE value costs prefer_recompute_factor times its
+  // usual cost (large: saved only where it cannot be recomputed).
+  double prefer_save_factor = 2.0;
+  double prefer_recompute_factor = 1024.0;
 };
 
 // Sets one option by its functorch config name ("recompute_views", "true").
@@ -59,6 +70,7 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
 struct MinCutSolution {
   std::vector<Node*> saved_values;   // joint-graph (post-CSE) nodes, in graph order
   std::vector<Node*> banned_nodes;   // banned from recomputation, in ban order
+  std::vector<Node*> offloaded_values;  // the saved values to offload, in graph order
   int64_t cut_value = 0;             // total weight of the cut edges
   int64_t network_nodes = 0, network_edges = 0;
 };

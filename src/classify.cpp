@@ -44,7 +44,9 @@ Expected<bool> HasRecomputableOps(const Graph& graph) {
     if (!MustRecompute(*up)) continue;
     found = true;
     const OpInfo* info = up->opInfo();
-    if (info && info->hasTag("nondeterministic_seeded"))
+    // PREFER_RECOMPUTE on a random op is a weight, not a demand: the min cut
+    // saves it (Note [Policy demands in the cut]).
+    if (up->meta().recompute == "MUST_RECOMPUTE" && info && info->hasTag("nondeterministic_seeded"))
       return Status::BadInput(
           fmt::format("the random op {} is marked {}: recomputing it in the backward would draw different random "
                       "numbers, and RNG functionalization is not supported yet",

@@ -1,0 +1,52 @@
+// The partition pipeline (Note [Partition pipeline] in fxremat/pipeline.h).
+#include "fxremat/pipeline.h"
+
+#include <fmt/format.h>
+
+#include "passes/default_partition.h"
+#include "passes/emit_offload.h"
+#include "passes/fold_annotations.h"
+#include "passes/insert_barriers.h"
+
+namespace fxremat {
+
+Expected<OffloadTarget> OffloadTargetFromName(std::string_view name) {
+  if (name == "torch") return OffloadTarget::kTorch;
+  if (name == "xla") return OffloadTarget::kXla;
+  return Status::BadInput(fmt::format("unknown offload target '{}' (torch or xla)", name));
+}
+
+std::string_view OffloadTargetName(OffloadTarget t) { return t == OffloadTarget::kXla ? "xla" : "torch"; }
+
+Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& request) {
+  if (request.partitioner != "mincut" && request.partitioner != "default")
+    return Status::BadInput(fmt::format("unknown partitioner '{}' (available: mincut, default)", request.partitioner));
+  if (request.partitioner == "default" && request.mincut.policy)
+    return Status::BadInput("a policy needs the mincut partitioner: the default partition saves what the forward "
+                            "computes and the backward uses, with no choice to constrain");
+  if (request.barrier && request.offload_target != OffloadTarget::kXla)
+    return Status::BadInput("--barrier inserts xla::optimization_barrier and needs the xla target (--offload-target xla)");
+
+  // The annotation ops are folded on a copy; graphs without any skip the copy.
+  bool has_annotations = false;
+  for (const auto& up : joint.nodes()) has_annotations = has_annotations || (up->isCallFunction() && IsAnnotationOp(up->target()));
+  std::unique_ptr<Graph> folded;
+  const Graph* g = &joint;
+  if (has_annotations) {
+    folded = CloneGraph(joint);
+    FXREMAT_RETURN_IF_ERROR(FoldAnnotations(*folded, {.keep_annotations = request.keep_annotations}).status());
+    g = folded.get();
+  }
+
+  Partition p;
+  if (request.partitioner == "default") {
+    FXREMAT_ASSIGN_OR_RETURN(p, DefaultPartition(*g));
+  } else {
+    FXREMAT_ASSIGN_OR_RETURN(p, MinCutPartition(*g, request.mincut));
+  }
+  FXREMAT_RETURN_IF_ERROR(EmitOffload(p, request.offload_target).status());
+  if (request.barrier) FXREMAT_RETURN_IF_ERROR(InsertBarriers(p).status());
+  return p;
+}
+
+}  // namespace fxremat

@@ -1,0 +1,313 @@
+// Checkpoint policies: both input forms, validation errors, and what the min cut
+// saves under each policy on a two-layer program (seed 003's g(W, x) = sin(W x),
+// written as the joint graph AOTAutograd traces).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+
+#include "fxremat/partition.h"
+#include "fxremat/policy.h"
+#include "fxremat/text.h"
+#include "passes/min_cut_partition.h"
+
+using namespace fxremat;
+
+namespace {
+
+// y1 = W1 @ x; s1 = sin(y1) ("a"); y2 = W2 @ s1; s2 = sin(y2) ("b"); out = s2.
+// The backward needs cos(y1), cos(y2), s1 (for W2's gradient), x, W1^T, W2^T.
+constexpr const char* kTwoLayers = R"(# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]
+# op aten.cos.default 'aten::cos(Tensor self) -> Tensor' [core, pointwise]
+# op aten.mm.default 'aten::mm(Tensor self, Tensor mat2) -> Tensor' [core]
+# op aten.mul.Tensor 'aten::mul.Tensor(Tensor self, Tensor other) -> Tensor' [core, pointwise]
+# op aten.sin.default 'aten::sin(Tensor self) -> Tensor' [core, pointwise]
+# op aten.t.default 'aten::t(Tensor(a) self) -> Tensor(a)' [core]
+# op aten.native_dropout.default 'aten::native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)' [core, nondeterministic_seeded]
+# input primals_1 role=primal path='args[0]' tag=is_forward
+# input primals_2 role=primal path='args[1]' tag=is_forward
+# input primals_3 role=primal path='args[2]' tag=is_forward
+# input tangents_1 role=tangent tag=is_backward
+def forward(self, primals_1: "f32[5, 4][4, 1]cpu rg", primals_2: "f32[6, 5][5, 1]cpu rg", primals_3: "f32[4, 1][1, 1]cpu rg", tangents_1: "f32[6, 1][1, 1]cpu"):
+    mm: "f32[5, 1][1, 1]cpu rg" = torch.ops.aten.mm.default(primals_1, primals_3)  # tag=is_forward
+    sin: "f32[5, 1][1, 1]cpu rg" = torch.ops.aten.sin.default(mm)  # tag=is_forward
+    mm_1: "f32[6, 1][1, 1]cpu rg" = torch.ops.aten.mm.default(primals_2, sin)  # tag=is_forward
+    sin_1: "f32[6, 1][1, 1]cpu rg" = torch.ops.aten.sin.default(mm_1)  # tag=is_forward
+    cos: "f32[6, 1][1, 1]cpu" = torch.ops.aten.cos.default(mm_1)  # tag=is_backward
+    mul: "f32[6, 1][1, 1]cpu" = torch.ops.aten.mul.Tensor(tangents_1, cos)  # tag=is_backward
+    t: "f32[1, 5][1, 1]cpu" = torch.ops.aten.t.default(sin)  # tag=is_backward
+    mm_2: "f32[6, 5][5, 1]cpu" = torch.ops.aten.mm.default(mul, t)  # tag=is_backward
+    t_1: "f32[5, 6][1, 5]cpu" = torch.ops.aten.t.default(primals_2)  # tag=is_backward
+    mm_3: "f32[5, 1][1, 1]cpu" = torch.ops.aten.mm.default(t_1, mul)  # tag=is_backward
+    cos_1: "f32[5, 1][1, 1]cpu" = torch.ops.aten.cos.default(mm)  # tag=is_backward
+    mul_1: "f32[5, 1][1, 1]cpu" = torch.ops.aten.mul.Tensor(mm_3, cos_1)  # tag=is_backward
+    t_2: "f32[1, 4][1, 1]cpu" = torch.ops.aten.t.default(primals_3)  # tag=is_backward
+    mm_4: "f32[5, 4][4, 1]cpu" = torch.ops.aten.mm.default(mul_1, t_2)  # tag=is_backward
+    t_3: "f32[4, 5][1, 4]cpu" = torch.ops.aten.t.default(primals_1)  # tag=is_backward
+    mm_5: "f32[4, 1][1, 1]cpu" = torch.ops.aten.mm.default(t_3, mul_1)  # tag=is_backward
+    return (sin_1, mm_4, mm_2, mm_5)
+)";
+
+std::unique_ptr<Graph> TwoLayers() {
+  auto g = ParseGraph(kTwoLayers);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  (*g)->findNode("sin")->meta().names = {"a"};
+  (*g)->findNode("sin_1")->meta().names = {"b"};
+  return std::move(*g);
+}
+
+struct Saved {
+  std::set<std::string> device, host;
+};
+
+Saved SavedUnder(const std::string& policy_text, const std::function<void(Graph&)>& edit = {}) {
+  std::unique_ptr<Graph> g = TwoLayers();
+  if (edit) edit(*g);
+  MinCutOptions options;
+  if (!policy_text.empty()) {
+    auto spec = ParsePolicy(policy_text);
+    INFO(spec.status().ToString());
+    REQUIRE(spec.ok());
+    options.policy = *spec;
+  }
+  auto p = MinCutPartition(*g, options);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  Saved s;
+  for (const SavedValue& v : p->signature.saved) (v.offloaded ? s.host : s.device).insert(v.name);
+  return s;
+}
+
+std::string ErrorUnder(const std::string& policy_text, const std::function<void(Graph&)>& edit = {}) {
+  std::unique_ptr<Graph> g = TwoLayers();
+  if (edit) edit(*g);
+  MinCutOptions options;
+  auto spec = ParsePolicy(policy_text);
+  if (!spec.ok()) return spec.status().ToString();
+  options.policy = *spec;
+  auto p = MinCutPartition(*g, options);
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().code() == ErrorCode::kBadInput);
+  return p.status().ToString();
+}
+
+using Set = std::set<std::string>;
+const Set kInputs = {"primals_1", "primals_2", "primals_3"};
+Set With(Set s, std::initializer_list<std::string> more) {
+  s.insert(more.begin(), more.end());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("policies: the command-line form and the JSON form give the same spec") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"everything_saveable", R"({"policy": "everything_saveable"})"},
+      {"save_only_these_names:attn_out,mlp_out", R"({"policy": "save_only_these_names", "names": ["attn_out", "mlp_out"]})"},
+      {"save_and_offload_only_these_names:save=y;offload=z",
+       R"({"policy": "save_and_offload_only_these_names", "names_which_can_be_saved": ["y"],
+           "names_which_can_be_offloaded": ["z"], "offload_src": "device", "offload_dst": "pinned_host"})"},
+      {"offload_dot_with_no_batch_dims:device,pinned_host", R"({"policy": "offload_dot_with_no_batch_dims"})"},
+      {"save_ops:aten.mm,aten.addmm", R"({"policy": "save_ops", "ops": ["aten.mm", "aten.addmm"]})"},
+      {"checkpoint_policy:a=MUST_SAVE,b=PREFER_RECOMPUTE;op:aten.mm=MUST_SAVE;default=PREFER_RECOMPUTE",
+       R"({"policy": "checkpoint_policy", "by_name": {"a": "MUST_SAVE", "b": "CheckpointPolicy.PREFER_RECOMPUTE"},
+           "by_op": {"aten.mm": "MUST_SAVE"}, "default": "PREFER_RECOMPUTE"})"},
+      {"save_from_both_policies:dots_saveable|save_only_these_names:a",
+       R"({"policy": "save_from_both_policies", "policies": [{"policy": "dots_saveable"},
+           {"policy": "save_only_these_names", "names": ["a"]}]})"},
+      {"dots_saveable+save_only_these_names:a",
+       R"([{"policy": "dots_saveable"}, {"policy": "save_only_these_names", "names": "a"}])"},
+  };
+  for (const auto& [cli, json] : cases) {
+    INFO(cli);
+    auto a = ParsePolicy(cli);
+    auto b = PolicyFromJson(json, "policy.json");
+    INFO(a.status().ToString() << " / " << b.status().ToString());
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(*a == *b);
+    // The JSON written back reads as the same spec.
+    auto c = PolicyFromJson(PolicyToJson(*a), "round trip");
+    REQUIRE(c.ok());
+    CHECK(*c == *a);
+  }
+  CHECK(ParsePolicy("save_only_these_names:a,b")->ToString() == "save_only_these_names('a', 'b')");
+}
+
+TEST_CASE("policies: malformed specs are bad input that names the problem") {
+  auto error = [](auto e) {
+    REQUIRE_FALSE(e.ok());
+    CHECK(e.status().code() == ErrorCode::kBadInput);
+    return e.status().ToString();
+  };
+  CHECK_THAT(error(ParsePolicy("save_everything")), Catch::Contains("unknown policy 'save_everything'"));
+  CHECK_THAT(error(ParsePolicy("save_only_these_names")), Catch::Contains("needs at least one name"));
+  CHECK_THAT(error(ParsePolicy("save_and_offload_only_these_names:save=a,b;offload=b")),
+             Catch::Contains("'b' is both in names_which_can_be_saved"));
+  CHECK_THAT(error(ParsePolicy("save_from_both_policies:dots_saveable|offload_dot_with_no_batch_dims")),
+             Catch::Contains("save_from_both_policies combines policies that answer saveable or not"));
+  CHECK_THAT(error(ParsePolicy("checkpoint_policy:a=SAVE_PLEASE")), Catch::Contains("unknown checkpoint policy decision"));
+  CHECK_THAT(error(PolicyFromJson("{\"policy\": ", "p.json")), Catch::Contains("malformed policy JSON"));
+  CHECK_THAT(error(PolicyFromJson(R"({"policy": "save_only_these_names", "name": ["a"]})", "p.json")),
+             Catch::Contains("unknown key 'name'"));
+  CHECK_THAT(error(PolicyFromJson(R"([{"policy": "dots_saveable"}, {"policy": "nope"}])", "p.json")),
+             Catch::Contains("p.json/policies[1]: unknown policy 'nope'"));
+}
+
+TEST_CASE("policies: what the min cut saves under each JAX policy") {
+  SECTION("everything_saveable saves what the backward reads, as JAX without remat does") {
+    // JAX's list for this program: the arguments, sin of layer 1 (W2's gradient
+    // reads it) and both cosines (sin's derivative); here the cosines are the
+    // joint graph's cos and cos_1.
+    CHECK(SavedUnder("everything_saveable").device == With(kInputs, {"sin", "cos", "cos_1"}));
+  }
+  SECTION("nothing_saveable saves only the arguments") {
+    CHECK(SavedUnder("nothing_saveable").device == kInputs);
+  }
+  SECTION("dots_saveable saves the matmul outputs; sin and cos are recomputed from them") {
+    CHECK(SavedUnder("dots_saveable").device == With(kInputs, {"mm", "mm_1"}));
+    CHECK(SavedUnder("checkpoint_dots").device == With(kInputs, {"mm", "mm_1"}));
+    CHECK(SavedUnder("dots_with_no_batch_dims_saveable").device == With(kInputs, {"mm", "mm_1"}));
+  }
+  SECTION("save_only_these_names saves the named value; the rest is recomputed") {
+    CHECK(SavedUnder("save_only_these_names:a").device == With(kInputs, {"sin"}));
+    // 'b' is the forward output; the backward does not read it.
+    CHECK(SavedUnder("save_only_these_names:b").device == kInputs);
+  }
+  SECTION("save_any_names_but_these / save_anything_except_these_names") {
+    CHECK(SavedUnder("save_any_names_but_these:b").device == With(kInputs, {"sin"}));
+    CHECK(SavedUnder("save_any_names_but_these:a").device == kInputs);
+    // Everything but 'a' may be saved: the backward gets cos(y1) and cos(y2)
+    // saved and recomputes sin (JAX's own version would save sin anyway).
+    Saved s = SavedUnder("save_anything_except_these_names:a");
+    CHECK(s.device.count("sin") == 0);
+    // sin is recomputed from mm, which may be saved.
+    CHECK(s.device == With(kInputs, {"cos", "cos_1", "mm"}));
+  }
+  SECTION("save_from_both_policies and all_of take the union of what is saveable") {
+    CHECK(SavedUnder("save_from_both_policies:dots_saveable|save_only_these_names:a").device ==
+          With(kInputs, {"mm", "mm_1", "sin"}));
+    CHECK(SavedUnder("dots_saveable+save_only_these_names:a").device == With(kInputs, {"mm", "mm_1", "sin"}));
+  }
+  SECTION("save_and_offload_only_these_names offloads the offload names") {
+    Saved s = SavedUnder("save_and_offload_only_these_names:save=b;offload=a");
+    CHECK(s.device == kInputs);
+    CHECK(s.host == Set{"sin"});
+  }
+  SECTION("offload_dot_with_no_batch_dims offloads the matmul outputs") {
+    Saved s = SavedUnder("offload_dot_with_no_batch_dims:device,pinned_host");
+    CHECK(s.device == kInputs);
+    CHECK(s.host == Set{"mm", "mm_1"});
+  }
+}
+
+TEST_CASE("policies: PyTorch's CheckpointPolicy side") {
+  SECTION("save_ops: the listed ops are MUST_SAVE, everything else PREFER_RECOMPUTE") {
+    CHECK(SavedUnder("save_ops:aten.mm").device == With(kInputs, {"mm", "mm_1"}));
+    CHECK(SavedUnder("save_ops:aten.sin.default").device == With(kInputs, {"sin"}));
+  }
+  SECTION("checkpoint_policy by name and by op") {
+    CHECK(SavedUnder("checkpoint_policy:a=MUST_SAVE;default=PREFER_RECOMPUTE").device == With(kInputs, {"sin"}));
+    CHECK(SavedUnder("checkpoint_policy:a=MUST_CPU_OFFLOAD;default=PREFER_RECOMPUTE").host == Set{"sin"});
+    CHECK(SavedUnder("checkpoint_policy:op:aten.mm.default=MUST_SAVE").device.count("mm_1") == 1);
+  }
+  SECTION("PREFER_SAVE is honoured (the reference ignores it)") {
+    // Without a policy the cut saves mm and recomputes cos(mm) (cos_1) from it;
+    // a PREFER_SAVE tag on cos_1 makes recomputing it cost more than saving it.
+    Saved plain = SavedUnder("");
+    CHECK(plain.device.count("cos_1") == 0);
+    CHECK(plain.device.count("mm") == 1);
+    Saved tagged = SavedUnder("", [](Graph& g) { g.findNode("cos_1")->meta().recompute = "PREFER_SAVE"; });
+    CHECK(tagged.device.count("cos_1") == 1);
+    CHECK(tagged.device.count("mm") == 0);
+  }
+  SECTION("MUST beats PREFER") {
+    Saved s = SavedUnder("checkpoint_policy:default=PREFER_SAVE", [](Graph& g) {
+      g.findNode("sin")->meta().recompute = "MUST_RECOMPUTE";
+    });
+    CHECK(s.device.count("sin") == 0);
+  }
+  SECTION("tags beat a policy's PREFER demands: a checkpoint region stays recomputed") {
+    Saved s = SavedUnder("everything_saveable", [](Graph& g) {
+      for (const char* n : {"mm", "sin"}) {
+        g.findNode(n)->meta().recompute = "PREFER_RECOMPUTE";
+        g.findNode(n)->meta().ac_graph_id = 1;
+      }
+    });
+    CHECK(s.device.count("sin") == 0);
+    CHECK(s.device.count("mm") == 0);
+  }
+}
+
+TEST_CASE("policies: contradictions are bad input naming the value and both demands") {
+  SECTION("MUST_SAVE and MUST_RECOMPUTE on one value") {
+    std::string e = ErrorUnder("checkpoint_policy:a=MUST_SAVE+checkpoint_policy:a=MUST_RECOMPUTE");
+    CHECK_THAT(e, Catch::Contains("contradictory demands on value 'sin' (named 'a')"));
+    CHECK_THAT(e, Catch::Contains("MUST_SAVE (policy checkpoint_policy({'a': MUST_SAVE}))"));
+    CHECK_THAT(e, Catch::Contains("MUST_RECOMPUTE (policy checkpoint_policy({'a': MUST_RECOMPUTE}))"));
+  }
+  SECTION("a tag against a policy") {
+    std::string e = ErrorUnder("checkpoint_policy:a=MUST_RECOMPUTE", [](Graph& g) {
+      g.findNode("sin")->meta().recompute = "MUST_SAVE";
+    });
+    CHECK_THAT(e, Catch::Contains("MUST_SAVE (recompute tag MUST_SAVE) and MUST_RECOMPUTE"));
+  }
+  SECTION("saved by one policy, offloaded by another") {
+    std::string e = ErrorUnder("save_only_these_names:a+save_and_offload_only_these_names:save=b;offload=a");
+    CHECK_THAT(e, Catch::Contains("contradictory policies on value 'sin'"));
+    CHECK_THAT(e, Catch::Contains("PREFER_SAVE"));
+    CHECK_THAT(e, Catch::Contains("PREFER_CPU_OFFLOAD"));
+  }
+  SECTION("offload of a value that cannot move: an input") {
+    std::string e = ErrorUnder("nothing_saveable", [](Graph& g) {
+      g.findNode("primals_3")->meta().names = {"x"};
+      g.findNode("primals_3")->meta().offload_requested = true;
+    });
+    CHECK_THAT(e, Catch::Contains("value 'primals_3' (named 'x')"));
+    CHECK_THAT(e, Catch::Contains("it is an input of the graph"));
+  }
+  SECTION("offload of a view of an input") {
+    std::string e = ErrorUnder("save_and_offload_only_these_names:save=b;offload=xt", [](Graph& g) {
+      // Make t_2 (x transposed) a forward value the policy sees, aliasing x.
+      g.findNode("t_2")->meta().names = {"xt"};
+      g.findNode("t_2")->meta().partitioner_tag = "is_forward";
+      g.findNode("primals_3")->val().tensor.storage = 7;
+      g.findNode("t_2")->val().tensor.storage = 7;
+    });
+    CHECK_THAT(e, Catch::Contains("it is a view of the input primals_3"));
+  }
+}
+
+TEST_CASE("policies: MUST_RECOMPUTE on a random op is a contradiction; PREFER_RECOMPUTE saves it") {
+  constexpr const char* kDropout = R"IR(# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]
+# op aten.mul.Tensor 'aten::mul.Tensor(Tensor self, Tensor other) -> Tensor' [core, pointwise]
+# op aten.native_dropout.default 'aten::native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)' [core, nondeterministic_seeded]
+# op aten.sin.default 'aten::sin(Tensor self) -> Tensor' [core, pointwise]
+# input primals_1 role=primal path='args[0]' tag=is_forward
+# input tangents_1 role=tangent tag=is_backward
+def forward(self, primals_1: "f32[8][1]cpu rg", tangents_1: "f32[8][1]cpu"):
+    native_dropout: "(f32[8][1]cpu, b8[8][1]cpu)" = torch.ops.aten.native_dropout.default(primals_1, 0.5, True)  # tag=is_forward
+    getitem: "f32[8][1]cpu rg" = native_dropout[0]  # tag=is_forward
+    getitem_1: "b8[8][1]cpu" = native_dropout[1]  # tag=is_forward
+    sin: "f32[8][1]cpu rg" = torch.ops.aten.sin.default(getitem)  # tag=is_forward
+    mul: "f32[8][1]cpu" = torch.ops.aten.mul.Tensor(tangents_1, getitem_1)  # tag=is_backward
+    return (sin, mul)
+)IR";
+  auto g = ParseGraph(kDropout);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  MinCutOptions options;
+  options.policy = ParsePolicy("checkpoint_policy:op:aten.native_dropout=MUST_RECOMPUTE").value();
+  auto p = MinCutPartition(**g, options);
+  REQUIRE_FALSE(p.ok());
+  CHECK_THAT(p.status().ToString(), Catch::Contains("value 'getitem', output of _operator.getitem: MUST_RECOMPUTE"));
+  CHECK_THAT(p.status().ToString(), Catch::Contains("it is a random op"));
+  options.policy = ParsePolicy("nothing_saveable").value();
+  auto q = MinCutPartition(**g, options);
+  INFO(q.status().ToString());
+  REQUIRE(q.ok());
+  std::set<std::string> saved;
+  for (const SavedValue& v : q->signature.saved) saved.insert(v.name);
+  CHECK(saved == std::set<std::string>{"getitem_1"});
+}
