@@ -309,8 +309,9 @@ class _Builder:
     """Builds a graph from a document's node list, copying joint nodes by name; nodes
     the pipeline added (offload transfers, barriers) are made from their entries."""
 
-    def __init__(self, joint_nodes: dict[str, fx.Node], mark_backward: bool) -> None:
+    def __init__(self, joint_nodes: dict[str, fx.Node], mark_backward: bool, force_new: set[str] | None = None) -> None:
         self.joint_nodes = joint_nodes
+        self.force_new = force_new or set()
         self.mark_backward = mark_backward
         self.graph = fx.Graph()
         self.env: dict[str, fx.Node] = {}
@@ -336,7 +337,7 @@ class _Builder:
         """Whether the document's node is not a joint node: one the pipeline made
         (offload transfers, optimization barriers and their getitems)."""
         src = self.joint_nodes.get(entry["name"])
-        if src is None:
+        if src is None or entry["name"] in self.force_new:
             return True
         return entry["op"] != src.op or entry.get("target") != _target_text(src.target)
 
@@ -533,8 +534,31 @@ def build_modules(
             saved_syms = binding + derived
             moved = True
 
+    # Note [Offload] (passes/emit_offload.h): an offloaded value's slots hold its host
+    # copy, a node the pipeline made (`<name>_host`); the backward's reload of it takes
+    # the joint name. The documents' output / placeholder at the signature's indices
+    # name the slots.
+    fw_slot = {n: n for n in (*saved_tensors, *saved_syms)}
+    bw_slot = dict(fw_slot)
+    force_fw: set[str] = set()
+    force_bw: set[str] = set()
+    offloaded = [s for s in saved if s.get("offloaded")]
+    if offloaded:
+        doc_outs = fw_doc["nodes"][-1]["args"][0]
+        doc_ins = [e["name"] for e in bw_doc["nodes"] if e["op"] == "placeholder"]
+        for s in offloaded:
+            fw_slot[s["name"]] = doc_outs[s["forward_output_index"]]["node"]
+            bw_slot[s["name"]] = doc_ins[s["backward_input_index"]]
+            force_fw.add(fw_slot[s["name"]])
+        hosts = {bw_slot[s["name"]] for s in offloaded}
+        for e in bw_doc["nodes"]:
+            refs: list[str] = []
+            _refs(e.get("args", ()), refs)
+            if e["op"] == "call_function" and hosts.intersection(refs):
+                force_bw.add(e["name"])  # a reload (it may carry the joint name)
+
     # ---- forward ---------------------------------------------------------------------
-    fb = _Builder(joint_nodes, mark_backward=False)
+    fb = _Builder(joint_nodes, mark_backward=False, force_new=force_fw)
     fw_entries = fw_doc["nodes"]
     for e in fw_entries:
         op = e["op"]
@@ -546,7 +570,7 @@ def build_modules(
             fb.copy(e)
     for n in extra_syms:
         fb.ensure(joint_nodes[n])
-    fw_outs = user_outs + [fb.env[n] for n in saved_tensors] + [fb.env[n] for n in saved_syms]
+    fw_outs = user_outs + [fb.env[fw_slot.get(n, n)] for n in (*saved_tensors, *saved_syms)]
     fw_descs = None
     if joint_descs is not None:
         n_t = len(saved_tensors)
@@ -558,9 +582,10 @@ def build_modules(
     fw_graph = fb.finish(fw_outs, fw_descs)
 
     # ---- backward --------------------------------------------------------------------
-    bb = _Builder(joint_nodes, mark_backward=True)
+    bb = _Builder(joint_nodes, mark_backward=True, force_new=force_bw)
     for n in (*saved_syms, *saved_tensors):
-        bb.placeholder(n, meta_from=fb.env[n] if n in fb.created else None)
+        f, b = fw_slot.get(n, n), bw_slot.get(n, n)
+        bb.placeholder(b, meta_from=fb.env[f] if f in fb.created else None)
     tangent_nodes: list[fx.Node] = []
     if tangent_slots is None:
         for n in tangents:
@@ -595,7 +620,7 @@ def build_modules(
             for k, (t, (_, jn, j)) in enumerate(zip(tangent_nodes, tangent_slots))
         ]
         sig["backward"] = dict(sig["backward"], num_inputs=n_saved + len(tangent_slots))
-    _check_positions(fw_graph, bw_graph, sig, fb.env, bb.env, tangent_nodes)
+    _check_positions(fw_graph, bw_graph, sig, fb.env, bb.env, tangent_nodes, fw_slot, bw_slot)
 
     from torch.fx._lazy_graph_module import _make_graph_module
 
@@ -626,7 +651,8 @@ def _renumber(sig: dict, saved_tensors: list[str], saved_syms: list[str], extra:
 
 
 def _check_positions(fw: fx.Graph, bw: fx.Graph, sig: dict, fw_env: dict[str, fx.Node],
-                     bw_env: dict[str, fx.Node], tangent_nodes: list[fx.Node]) -> None:
+                     bw_env: dict[str, fx.Node], tangent_nodes: list[fx.Node], fw_slot: dict[str, str] | None = None,
+                     bw_slot: dict[str, str] | None = None) -> None:
     """Every saved value at the forward-output and backward-input index the signature
     states, and the counts it states."""
     fw_out = fw.output_node().args[0]
@@ -641,7 +667,9 @@ def _check_positions(fw: fx.Graph, bw: fx.Graph, sig: dict, fw_env: dict[str, fx
     if not problems:
         for s in sig["saved"]:
             f, b = s["forward_output_index"], s["backward_input_index"]
-            if fw_out[f] is not fw_env.get(s["name"]) or bw_in[b] is not bw_env.get(s["name"]):
+            fn = (fw_slot or {}).get(s["name"], s["name"])
+            bn = (bw_slot or {}).get(s["name"], s["name"])
+            if fw_out[f] is not fw_env.get(fn) or bw_in[b] is not bw_env.get(bn):
                 problems.append(f"saved {s['name']!r} is not at forward output {f} / backward input {b}")
         for t, node in zip(sig["tangents"], tangent_nodes):
             if bw_in[t["backward_input_index"]] is not node:

@@ -38,7 +38,7 @@ DECISIONS = ("MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE", "PREFER_RECOMPUTE", "
 
 KINDS = (
     "everything_saveable", "nothing_saveable", "dots_saveable", "checkpoint_dots",
-    "dots_with_no_batch_dims_saveable", "save_only_these_names", "save_any_names_but_these",
+    "dots_with_no_batch_dims_saveable", "checkpoint_dots_with_no_batch_dims", "save_only_these_names", "save_any_names_but_these",
     "save_anything_except_these_names", "save_and_offload_only_these_names",
     "offload_dot_with_no_batch_dims", "save_from_both_policies", "save_ops", "checkpoint_policy", "all_of",
 )
@@ -126,7 +126,8 @@ class Policy:
         kind = doc.get("policy")
         if not isinstance(kind, str):
             raise ValueError(f"{where}.policy: the policy kind must be a string, got {kind!r}")
-        kind = {"checkpoint_dots": "dots_saveable"}.get(kind, kind)
+        kind = {"checkpoint_dots": "dots_saveable",
+                "checkpoint_dots_with_no_batch_dims": "dots_with_no_batch_dims_saveable"}.get(kind, kind)
         kids = [cls.from_json(c, f"{where}.policies[{i}]") for i, c in enumerate(doc.get("policies", []))]
         if kind == "all_of":
             return all_of(*kids)
@@ -196,7 +197,7 @@ checkpoint_dots = dots_saveable
 dots_with_no_batch_dims_saveable = Policy("dots_with_no_batch_dims_saveable")
 
 
-def _names(fn: str, names: tuple) -> tuple[str, ...]:
+def _names(fn: str, names: tuple, *, at_least_one: bool = False) -> tuple[str, ...]:
     out: list[str] = []
     for n in names:
         if isinstance(n, str):
@@ -205,22 +206,24 @@ def _names(fn: str, names: tuple) -> tuple[str, ...]:
             out.extend(_names(fn, tuple(n)))
         else:
             raise TypeError(f"{fn}: names must be strings, got {n!r}")
+    if at_least_one and not out:
+        raise ValueError(f"policy {fn} needs at least one name")
     return tuple(out)
 
 
 def save_only_these_names(*names: str) -> Policy:
     """Only values named (by :func:`fxremat.checkpoint_name`) with one of ``names`` are saveable."""
-    return Policy("save_only_these_names", names=_names("save_only_these_names", names))
+    return Policy("save_only_these_names", names=_names("save_only_these_names", names, at_least_one=True))
 
 
 def save_any_names_but_these(*names: str) -> Policy:
     """Named values are saveable unless their name is one of ``names``; unnamed values are not."""
-    return Policy("save_any_names_but_these", names=_names("save_any_names_but_these", names))
+    return Policy("save_any_names_but_these", names=_names("save_any_names_but_these", names, at_least_one=True))
 
 
 def save_anything_except_these_names(*names: str) -> Policy:
     """Every value is saveable except the ones named with one of ``names``."""
-    return Policy("save_anything_except_these_names", names=_names("save_anything_except_these_names", names))
+    return Policy("save_anything_except_these_names", names=_names("save_anything_except_these_names", names, at_least_one=True))
 
 
 def _memory_kind(fn: str, what: str, value: Any) -> str:
@@ -351,10 +354,10 @@ def _parse_one(text: str) -> Policy:
         raise ValueError(f"policy {text!r}: unknown policy {name!r} (known: {', '.join(k for k in KINDS if k != 'all_of')})")
     items = [a.strip() for a in args.split(",")] if colon else []
     if name in ("everything_saveable", "nothing_saveable", "dots_saveable", "checkpoint_dots",
-                "dots_with_no_batch_dims_saveable"):
-        if colon:
+                "dots_with_no_batch_dims_saveable", "checkpoint_dots_with_no_batch_dims"):
+        if colon and args:
             raise ValueError(f"policy {text!r}: {name} takes no arguments")
-        return globals()[name]
+        return Policy.from_json({"policy": name})
     if name in _NAME_KINDS:
         return globals()[name](*[i for i in items if i])
     if name == "save_ops":
@@ -395,7 +398,10 @@ def _parse_one(text: str) -> Policy:
             key, eq, value = item.partition("=")
             if not eq or not key.strip():
                 raise ValueError(f"policy {text!r}: expected NAME=DECISION, got {item!r}")
-            table[key.strip()] = value.strip()
+            if table is by_name and key.strip() == "default":
+                default = value.strip()
+            else:
+                table[key.strip()] = value.strip()
     return checkpoint_policy(by_name=by_name, by_op=by_op, default=default)
 
 

@@ -264,3 +264,41 @@ def build(name: str) -> Program:
         torch.manual_seed(_seed(seed_name))
         fn, args, kwargs = builder()
     return Program(name=name, fn=fn, args=args, kwargs=kwargs, description=description)
+
+
+# --------------------------------------------------------------------------------------
+# names for checkpoint policies (issue 4)
+# --------------------------------------------------------------------------------------
+
+
+def add_block_names(model: nn.Module) -> list[str]:
+    """Names values of every GPT-2 block of ``model`` with :func:`fxremat.checkpoint_name`,
+    through hooks (the model's code is unchanged): the inputs of the two layer norms
+    (``ln1_in0``, ``ln2_in0``: the residual stream, which the layer norms' backward
+    needs) and the MLP's hidden activation (``mlp_fc0``: ``c_fc``'s output, which GELU's
+    backward needs). Returns the names in block order."""
+    import fxremat
+
+    blocks = getattr(getattr(getattr(model, "model", model), "transformer", None), "h", None)
+    if blocks is None:
+        raise ValueError(f"no GPT-2 blocks (transformer.h) in {type(model).__name__}")
+
+    def pre(name: str):
+        def named(_module, args):
+            return (fxremat.checkpoint_name(args[0], name), *args[1:])
+
+        return named
+
+    def post(name: str):
+        def named(_module, _args, out):
+            return fxremat.checkpoint_name(out, name)
+
+        return named
+
+    names = []
+    for i, block in enumerate(blocks):
+        block.ln_1.register_forward_pre_hook(pre(f"ln1_in{i}"))
+        block.ln_2.register_forward_pre_hook(pre(f"ln2_in{i}"))
+        block.mlp.c_fc.register_forward_hook(post(f"mlp_fc{i}"))
+        names += [f"ln1_in{i}", f"ln2_in{i}", f"mlp_fc{i}"]
+    return names
