@@ -502,6 +502,19 @@ class Interpreter {
       if (node.args().empty()) return Status::BadInput("annotation op without an argument", Where(node));
       return Raw(node.args()[0], node);
     }
+    // The xla transfer and barrier ops (passes/emit_offload, passes/insert_barriers)
+    // have no CPU kernels: a transfer is a copy of the tensor, a barrier the identity.
+    if (target == "xla.place_to_host.default" || target == "xla.place_to_device.default") {
+      if (node.args().size() != 1) return Status::BadInput("'" + target + "' takes one tensor", Where(node));
+      Expected<IValue> v = Raw(node.args()[0], node);
+      if (!v.ok()) return v.status();
+      if (!v.value().isTensor()) return Status::BadInput("'" + target + "' takes a tensor", Where(node));
+      return IValue(v.value().toTensor().clone());
+    }
+    if (target == "xla.optimization_barrier.default") {
+      if (node.args().size() != 1) return Status::BadInput("'" + target + "' takes one list", Where(node));
+      return Raw(node.args()[0], node);
+    }
     if (torch_bridge::IsPythonCallableTarget(target)) {
       std::vector<IValue> args;
       for (const Argument& a : node.args()) {
@@ -568,6 +581,12 @@ class Interpreter {
     for (size_t p = 0; p < params.size(); ++p) {
       const c10::Argument& param = params[p];
       const Argument* arg = p < node.args().size() ? &node.args()[p] : node.kwarg(param.name());
+      // Pinned host memory needs an accelerator; on the CPU it changes no value
+      // (an offload copy of a value traced on cuda says pin_memory=True).
+      if (param.name() == "pin_memory" && arg != nullptr && arg->kind == Argument::Kind::kBool) {
+        stack.emplace_back();
+        continue;
+      }
       if (arg == nullptr) {
         if (param.default_value()) {
           stack.push_back(*param.default_value());
@@ -1023,7 +1042,7 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
       }
     }
     std::string line = "saved " + std::to_string(k) + " (" + s.name + ", forward output " +
-                       std::to_string(s.forward_output_index) + "): " + got + (got.empty() ? "" : " ") +
+                       std::to_string(s.forward_output_index) + (s.offloaded ? ", offloaded" : "") + "): " + got + (got.empty() ? "" : " ") +
                        (c.ok ? "ok" : "MISMATCH");
     if (!c.ok) line += " (" + c.detail + ")";
     report.lines.push_back(std::move(line));

@@ -16,6 +16,10 @@
 #include "fxremat/partition.h"
 #include "fxremat/serialize.h"
 #include "fxremat/torch_bridge.h"
+#include "passes/default_partition.h"
+#include "passes/emit_offload.h"
+#include "passes/fold_annotations.h"
+#include "passes/insert_barriers.h"
 
 namespace fxremat {
 namespace {
@@ -966,6 +970,54 @@ TEST_CASE("IsAnnotationOp", "[torch_bridge][op_facts]") {
   CHECK(IsAnnotationOp("fxremat.checkpoint_name.default"));
   CHECK_FALSE(IsAnnotationOp("aten.mm.default"));
   CHECK_FALSE(IsAnnotationOp("xla.name_tensor"));
+}
+
+}  // namespace
+}  // namespace fxremat
+
+namespace fxremat {
+namespace {
+
+// Partitions of the testdata graphs that offload every saved tensor (both
+// targets), and ones that recompute everything behind optimization barriers,
+// still compute the joint graph's values.
+TEST_CASE("verify passes on partitions with offload transfers and barriers", "[torch_bridge][verify]") {
+  namespace fs = std::filesystem;
+  for (const char* name : {"sin_mm", "simple_mlp", "name_tensor", "gpt2_2l"}) {
+    INFO(name);
+    auto loaded = LoadGraphFile((fs::path(FXREMAT_SOURCE_DIR) / "testdata" / (std::string(name) + ".json.gz")).string());
+    REQUIRE(loaded.ok());
+    Graph& joint = **loaded;
+    REQUIRE(FoldAnnotations(joint, {}).ok());
+    for (OffloadTarget target : {OffloadTarget::kTorch, OffloadTarget::kXla}) {
+      Expected<Partition> p = DefaultPartition(joint);
+      REQUIRE(p.ok());
+      for (SavedValue& s : p->signature.saved) s.offloaded = s.kind == SavedValue::Kind::kTensor;
+      Expected<bool> changed = EmitOffload(*p, target);
+      INFO(changed.status().ToString());
+      REQUIRE(changed.ok());
+      Expected<VerifyReport> r = VerifyPartition(joint, *p->forward, *p->backward, p->signature, VerifyOptions{});
+      INFO(r.status().ToString());
+      REQUIRE(r.ok());
+      CHECK(r->passed);
+    }
+    // Save only the primals: the backward recomputes the forward behind barriers.
+    std::vector<Node*> primals;
+    for (Node* n : joint.placeholders())
+      if (n->role() == PlaceholderRole::kPrimal) primals.push_back(n);
+    Expected<Partition> p = ExtractPartition(joint, primals, "test");
+    REQUIRE(p.ok());
+    p->signature.saved.front().offloaded = true;
+    REQUIRE(EmitOffload(*p, OffloadTarget::kXla).ok());
+    Expected<bool> barriers = InsertBarriers(*p);
+    INFO(barriers.status().ToString());
+    REQUIRE(barriers.ok());
+    CHECK(*barriers);
+    Expected<VerifyReport> r = VerifyPartition(joint, *p->forward, *p->backward, p->signature, VerifyOptions{});
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK(r->passed);
+  }
 }
 
 }  // namespace
