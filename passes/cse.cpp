@@ -3,6 +3,8 @@
 // are never merged across (the reference's mutation_region_id).
 #include "passes/cse.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <unordered_map>
 #include <unordered_set>
@@ -126,6 +128,11 @@ Expected<bool> EliminateCommonSubexpressions(Graph& graph) {
   std::vector<Node*> doomed;
   for (const auto& [duplicate, keep] : duplicates) {
     graph.replaceAllUsesWith(duplicate, keep);
+    // A name given to either copy names the one value that remains.
+    for (const std::string& name : duplicate->meta().names)
+      if (std::find(keep->meta().names.begin(), keep->meta().names.end(), name) == keep->meta().names.end())
+        keep->meta().names.push_back(name);
+    keep->meta().offload_requested = keep->meta().offload_requested || duplicate->meta().offload_requested;
     doomed.push_back(duplicate);
   }
   graph.eraseNodes(doomed);

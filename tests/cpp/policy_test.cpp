@@ -311,3 +311,29 @@ def forward(self, primals_1: "f32[8][1]cpu rg", tangents_1: "f32[8][1]cpu"):
   for (const SavedValue& v : q->signature.saved) saved.insert(v.name);
   CHECK(saved == std::set<std::string>{"getitem_1"});
 }
+
+TEST_CASE("policies: a name survives CSE when it sat on the duplicate") {
+  std::string text = kTwoLayers;
+  // A second sin(mm), named, feeding W2's gradient; CSE keeps the first one.
+  const std::string t_line = "    t: \"f32[1, 5][1, 1]cpu\" = torch.ops.aten.t.default(sin)  # tag=is_backward\n";
+  const size_t at = text.find(t_line);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, t_line.size(),
+               "    sin_dup: \"f32[5, 1][1, 1]cpu\" = torch.ops.aten.sin.default(mm)  # tag=is_backward\n"
+               "    t: \"f32[1, 5][1, 1]cpu\" = torch.ops.aten.t.default(sin_dup)  # tag=is_backward\n");
+  auto g = ParseGraph(text);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  (*g)->findNode("sin_dup")->meta().names = {"a"};
+  MinCutOptions options;
+  options.policy = ParsePolicy("save_only_these_names:a").value();
+  auto p = MinCutPartition(**g, options);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  std::set<std::string> saved;
+  for (const SavedValue& v : p->signature.saved) {
+    saved.insert(v.name);
+    if (v.name == "sin") CHECK(v.names == std::vector<std::string>{"a"});
+  }
+  CHECK(saved == With(kInputs, {"sin"}));
+}
