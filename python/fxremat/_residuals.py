@@ -55,14 +55,14 @@ class Residual:
         return (self.shape, self.kind, self.what)
 
     def describe(self) -> str:
+        """The report's description of the value (as the C++ ``ResidualReport``)."""
         loc = f" ({self.location})" if self.location else ""
         if self.kind == "argument":
-            return f"{self.shape} from the argument {self.what}"
+            return f"{self.shape} from the argument {self.name}" + (f" ({self.what})" if self.what != self.name else "")
         if self.kind == "named":
-            return f"{self.shape} named {self.what!r}{loc}"
-        if self.kind == "symint":
-            return f"{self.shape} symbolic size {self.name}"
-        return f"{self.shape} output of {self.op or self.what}{loc}"
+            return f"{self.shape} named {', '.join(map(repr, self.names))}{loc}"
+        op = _packet(self.op) if self.op else self.name
+        return f"{self.shape} output of {op}{loc}"
 
 
 def shape_text(entry: dict) -> str:
@@ -84,6 +84,12 @@ def _location_of(node: Any) -> str | None:
         return None
     f, line, fn = frames[-1]
     return f"{os.path.basename(f)}:{line} ({fn})"
+
+
+def _packet(op: str) -> str:
+    """``aten.sin`` for ``aten.sin.default``."""
+    parts = op.split(".")
+    return ".".join(parts[:2]) if len(parts) == 3 else op
 
 
 def _short_op(op: str) -> str:
@@ -162,12 +168,8 @@ def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = No
 
 def format_report(residuals: list[Residual]) -> str:
     """The report's text (the same layout as the C++ ``ResidualReport``)."""
-    rows = []
-    for r in residuals:
-        what = r.describe()
-        if r.kind == "argument":
-            what = f"{r.shape} from the argument {r.name} ({r.what})" if r.name != r.what else what
-        rows.append((what, "offloaded" if r.offloaded else "saved", r.forward_output_index, r.backward_input_index))
+    rows = [(r.describe(), "offloaded" if r.offloaded else "saved", r.forward_output_index, r.backward_input_index)
+            for r in residuals]
     width = max((len(w) for w, *_ in rows), default=0)
     lines = [f"{w:<{width}}  {how:<9}  fw_out {f}  bw_in {b}" for w, how, f, b in rows]
     on_device = sum(r.bytes for r in residuals if not r.offloaded)
