@@ -1,6 +1,10 @@
 # Runs `fxremat partition` and `fxremat inspect` on every file listed in
 # tests/bad_inputs/expected.tsv: each must exit 2, print the expected message
 # on stderr, and leave nothing behind in the output directory.
+# A NAME.args file is a bad command line rather than a bad file: its first line
+# is a graph (relative to the corpus directory), each further line one argument
+# added to `partition GRAPH -o OUT` or `residuals GRAPH` (its default commands);
+# @BAD_DIR@ in an argument stands for the corpus directory.
 # Usage: cmake -DFXREMAT=... -DBAD_DIR=... -DWORK_DIR=... -P run_bad_inputs.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
@@ -15,6 +19,23 @@ foreach(line IN LISTS lines)
   list(GET fields 0 name)
   list(GET fields 1 expected)
   set(commands partition inspect)
+  set(graph "${BAD_DIR}/${name}")
+  set(extra)
+  if(name MATCHES "\\.args$")
+    file(READ "${BAD_DIR}/${name}" content)
+    string(STRIP "${content}" content)
+    string(REPLACE "@BAD_DIR@" "${BAD_DIR}" content "${content}")
+    string(FIND "${content}" "\n" eol)
+    string(SUBSTRING "${content}" 0 ${eol} graph_name)
+    math(EXPR eol "${eol} + 1")
+    string(SUBSTRING "${content}" ${eol} -1 content)
+    set(graph "${BAD_DIR}/${graph_name}")
+    # One argument per line; an argument may hold ';' (kept escaped until the
+    # list is expanded in execute_process).
+    string(REPLACE ";" "\\;" content "${content}")
+    string(REPLACE "\n" ";" extra "${content}")
+    set(commands partition residuals)
+  endif()
   list(LENGTH fields nfields)
   if(nfields GREATER 2)
     list(GET fields 2 commands)
@@ -22,11 +43,13 @@ foreach(line IN LISTS lines)
   endif()
   foreach(cmd IN LISTS commands)
     if(cmd STREQUAL "partition")
-      set(args partition "${BAD_DIR}/${name}" -o "${WORK_DIR}/${name}.out")
+      set(args partition "${graph}" -o "${WORK_DIR}/${name}.out")
+    elseif(cmd STREQUAL "residuals")
+      set(args residuals "${graph}")
     else()
-      set(args inspect "${BAD_DIR}/${name}")
+      set(args inspect "${graph}")
     endif()
-    execute_process(COMMAND "${FXREMAT}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    execute_process(COMMAND "${FXREMAT}" ${args} ${extra} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
     math(EXPR count "${count} + 1")
     string(FIND "${err}" "${expected}" at)
     if(NOT rc EQUAL 2)

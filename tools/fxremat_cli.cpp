@@ -16,10 +16,12 @@
 
 #include "fxremat/inspect.h"
 #include "fxremat/partition.h"
+#include "fxremat/pipeline.h"
+#include "fxremat/policy.h"
+#include "fxremat/residuals.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
 #include "fxremat/torch_bridge.h"
-#include "passes/default_partition.h"
 #include "passes/min_cut_partition.h"
 
 namespace fs = std::filesystem;
@@ -158,33 +160,88 @@ int RunPrint(const std::string& path, const std::string& output) {
 
 std::string Describe(const SavedValue& s) {
   std::string facts = FormatValueFacts(s.facts);
-  return fmt::format("  {:<24} {:<36} {:>10} B  fw out {:>3} -> bw in {:>3}{}", s.name, facts, s.bytes,
-                     s.forward_output_index, s.backward_input_index,
-                     s.annotation ? fmt::format("  named '{}'", *s.annotation) : "");
+  std::string names;
+  for (const std::string& name : s.names) names += (names.empty() ? "" : ", ") + fmt::format("'{}'", name);
+  return fmt::format("  {:<24} {:<36} {:>10} B  fw out {:>3} -> bw in {:>3}{}{}", s.name, facts, s.bytes,
+                     s.forward_output_index, s.backward_input_index, names.empty() ? "" : "  named " + names,
+                     s.offloaded ? "  offloaded" : "");
 }
 
-int RunPartition(const std::string& path, const std::string& partitioner, const std::string& out_dir,
-                 const std::string& print, const std::vector<std::string>& config) {
-  MinCutOptions options;
-  for (const std::string& item : config) {
-    auto eq = item.find('=');
-    if (eq == std::string::npos)
-      return Fail(Status::BadInput(fmt::format("--config takes NAME=VALUE, not '{}'", item)));
-    Status st = SetMinCutOption(options, item.substr(0, eq), item.substr(eq + 1));
-    if (!st.ok()) return Fail(st);
+// The flags `partition` and `residuals` share: what to partition with.
+struct PartitionFlags {
+  std::string partitioner = "mincut";
+  std::vector<std::string> config;
+  std::string policy, policy_file;
+  std::string offload_target = "torch";
+  bool barrier = false;
+  bool keep_annotations = false;
+
+  void AddTo(CLI::App* cmd) {
+    cmd->add_option("--partitioner", partitioner,
+                    "mincut (functorch's min_cut_rematerialization_partition) or default (functorch's "
+                    "default_partition)")->capture_default_str();
+    cmd->add_option("--config", config,
+                    "A min-cut option as NAME=VALUE, with functorch's config names: recompute_views, "
+                    "aggressive_recomputation, ban_recompute_{used_far_apart,long_fusible_chains,"
+                    "materialized_backward,not_in_allowlist,reductions}, treat_parameters_as_free_to_save, cse, "
+                    "max_dist_from_bw, activation_memory_budget (0 or 1), static_lifetime_input_indices "
+                    "(comma-separated primal indices; default: primals with a params[/buffers[ path), "
+                    "max_flow (dinic, boykov_kolmogorov, push_relabel). Repeatable.");
+    cmd->add_option("--policy", policy,
+                    "Checkpoint policy NAME[:ARGS] (docs/policies.md), e.g. save_only_these_names:a,b or "
+                    "save_and_offload_only_these_names:save=a;offload=b; POLICY+POLICY combines");
+    cmd->add_option("--policy-file", policy_file, "Checkpoint policy as a JSON file (docs/policies.md)");
+    cmd->add_option("--offload-target", offload_target, "Where offloaded values go: torch (aten._to_copy to "
+                    "cpu) or xla (xla::place_to_host)")->capture_default_str();
+    cmd->add_flag("--barrier", barrier, "Pass the inputs of recomputed regions through xla::optimization_barrier "
+                  "(needs --offload-target xla)");
+    cmd->add_flag("--keep-annotations", keep_annotations, "Keep the naming ops in the emitted graphs");
   }
-  if (!config.empty() && partitioner != "mincut")
-    return Fail(Status::BadInput("--config applies to --partitioner mincut only"));
-  auto graph = LoadForWork(path);
-  if (!graph.ok()) return Fail(graph.status());
-  if ((*graph)->kind() != GraphKind::kJoint)
-    return Fail(Status::BadInput(fmt::format("expected a joint graph, got a {} graph",
-                                             GraphKindName((*graph)->kind())), path));
-  Expected<Partition> partition = Status::BadInput("unknown partitioner");
-  if (partitioner == "default") partition = DefaultPartition(**graph);
-  else if (partitioner == "mincut") partition = MinCutPartition(**graph, options);
-  else return Fail(Status::BadInput(fmt::format("unknown partitioner '{}' (available: mincut, default)", partitioner)));
-  if (!partition.ok()) return Fail(partition.status().WithContext(path));
+
+  // The request these flags make; every flag error is bad input, found before
+  // any graph is read.
+  Expected<PartitionRequest> Request() const {
+    PartitionRequest request;
+    request.partitioner = partitioner;
+    for (const std::string& item : config) {
+      auto eq = item.find('=');
+      if (eq == std::string::npos) return Status::BadInput(fmt::format("--config takes NAME=VALUE, not '{}'", item));
+      FXREMAT_RETURN_IF_ERROR(SetMinCutOption(request.mincut, item.substr(0, eq), item.substr(eq + 1)));
+    }
+    if (!config.empty() && partitioner != "mincut")
+      return Status::BadInput("--config applies to --partitioner mincut only");
+    if (!policy.empty() && !policy_file.empty())
+      return Status::BadInput("--policy and --policy-file both give a policy: use one");
+    if (!policy.empty()) {
+      FXREMAT_ASSIGN_OR_RETURN(request.mincut.policy, ParsePolicy(policy));
+    } else if (!policy_file.empty()) {
+      FXREMAT_ASSIGN_OR_RETURN(std::string text, ReadFileContents(policy_file));
+      FXREMAT_ASSIGN_OR_RETURN(request.mincut.policy, PolicyFromJson(text, policy_file));
+    }
+    FXREMAT_ASSIGN_OR_RETURN(request.offload_target, OffloadTargetFromName(offload_target));
+    request.barrier = barrier;
+    request.keep_annotations = keep_annotations;
+    if (barrier && request.offload_target != OffloadTarget::kXla)
+      return Status::BadInput("--barrier inserts xla::optimization_barrier and needs --offload-target xla");
+    return request;
+  }
+};
+
+// Loads the joint graph at `path` and partitions it as the flags say.
+Expected<Partition> PartitionFile(const std::string& path, const PartitionFlags& flags) {
+  FXREMAT_ASSIGN_OR_RETURN(PartitionRequest request, flags.Request());
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, LoadForWork(path));
+  if (graph->kind() != GraphKind::kJoint)
+    return Status::BadInput(fmt::format("expected a joint graph, got a {} graph", GraphKindName(graph->kind())), path);
+  Expected<Partition> partition = RunPartition(*graph, request);
+  if (!partition.ok()) return partition.status().WithContext(path);
+  return partition;
+}
+
+int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, const std::string& out_dir,
+                        const std::string& print) {
+  auto partition = PartitionFile(path, flags);
+  if (!partition.ok()) return Fail(partition.status());
   const Partition& p = *partition;
   if (!out_dir.empty()) {
     Status st = WriteAllOrNothing(out_dir, {{"forward.json", GraphToJson(*p.forward)},
@@ -196,11 +253,21 @@ int RunPartition(const std::string& path, const std::string& partitioner, const 
     std::cout << "# ---- forward ----\n" << PrintGraph(*p.forward) << "\n# ---- backward ----\n"
               << PrintGraph(*p.backward) << "\n";
   }
-  std::cout << fmt::format("partitioner {}: forward {} nodes, backward {} nodes; saved {} values, {} bytes\n",
-                           partitioner, p.forward->size(), p.backward->size(), p.signature.saved.size(),
+  std::cout << fmt::format("partitioner {}: forward {} nodes, backward {} nodes; saved {} values, {} bytes",
+                           flags.partitioner, p.forward->size(), p.backward->size(), p.signature.saved.size(),
                            p.signature.savedBytes());
+  if (p.signature.offloadedBytes() > 0)
+    std::cout << fmt::format(" ({} bytes offloaded to host)", p.signature.offloadedBytes());
+  std::cout << "\n";
   for (const SavedValue& s : p.signature.saved) std::cout << Describe(s) << "\n";
   if (!out_dir.empty()) std::cout << fmt::format("wrote {}/{{forward,backward,signature}}.json\n", out_dir);
+  return kExitOk;
+}
+
+int RunResiduals(const std::string& path, const PartitionFlags& flags) {
+  auto partition = PartitionFile(path, flags);
+  if (!partition.ok()) return Fail(partition.status());
+  std::cout << ResidualReport(partition->signature);
   return kExitOk;
 }
 
@@ -245,8 +312,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("fxremat ") + FXREMAT_VERSION);
   app.require_subcommand(1);
 
-  std::string graph_path, out_dir, partitioner = "mincut", print, output;
-  std::vector<std::string> config;
+  std::string graph_path, out_dir, print, output;
   uint64_t seed = 0;
   double tolerance_scale = 1.0;
 
@@ -257,20 +323,17 @@ int main(int argc, char** argv) {
   print_cmd->add_option("graph", graph_path, "Graph file")->required();
   print_cmd->add_option("-o,--output", output, "Write to this file instead of stdout (.fxir → text, else JSON)");
 
+  PartitionFlags flags;
   auto* partition = app.add_subcommand("partition", "Split a joint graph into forward and backward graphs");
   partition->add_option("graph", graph_path, "Joint graph file")->required();
-  partition->add_option("--partitioner", partitioner,
-                        "mincut (functorch's min_cut_rematerialization_partition) or default (functorch's "
-                        "default_partition)")->capture_default_str();
-  partition->add_option("--config", config,
-                        "A min-cut option as NAME=VALUE, with functorch's config names: recompute_views, "
-                        "aggressive_recomputation, ban_recompute_{used_far_apart,long_fusible_chains,"
-                        "materialized_backward,not_in_allowlist,reductions}, treat_parameters_as_free_to_save, cse, "
-                        "max_dist_from_bw, activation_memory_budget (0 or 1), static_lifetime_input_indices "
-                        "(comma-separated primal indices; default: primals with a params[/buffers[ path), "
-                        "max_flow (dinic, boykov_kolmogorov, push_relabel). Repeatable.");
+  flags.AddTo(partition);
   partition->add_option("-o,--output-dir", out_dir, "Write forward.json, backward.json, signature.json here");
   partition->add_option("--print", print, "Print the emitted graphs: code")->check(CLI::IsMember({"code"}));
+
+  auto* residuals = app.add_subcommand("residuals", "Partition a joint graph and list what it saves for the "
+                                       "backward (JAX's print_saved_residuals)");
+  residuals->add_option("graph", graph_path, "Joint graph file")->required();
+  flags.AddTo(residuals);
 
   auto* verify = app.add_subcommand("verify", "Check a partition numerically against its joint graph (libtorch)");
   verify->add_option("graph", graph_path, "Joint graph file")->required();
@@ -293,7 +356,8 @@ int main(int argc, char** argv) {
   try {
     if (inspect->parsed()) return RunInspect(graph_path);
     if (print_cmd->parsed()) return RunPrint(graph_path, output);
-    if (partition->parsed()) return RunPartition(graph_path, partitioner, out_dir, print, config);
+    if (partition->parsed()) return RunPartitionCommand(graph_path, flags, out_dir, print);
+    if (residuals->parsed()) return RunResiduals(graph_path, flags);
     if (verify->parsed()) return RunVerify(graph_path, out_dir, seed, tolerance_scale);
   } catch (const std::exception& e) {
     // The library reports errors as Status; anything thrown is a bug, but the
