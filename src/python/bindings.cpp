@@ -5,15 +5,18 @@
 #include <pybind11/stl.h>
 
 #include <map>
+#include <optional>
 
 #include <string>
 #include <tuple>
 
 #include "fxremat/inspect.h"
 #include "fxremat/partition.h"
+#include "fxremat/pipeline.h"
+#include "fxremat/policy.h"
+#include "fxremat/residuals.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
-#include "passes/default_partition.h"
 #include "passes/min_cut_partition.h"
 #include "src/json_internal.h"
 
@@ -71,19 +74,34 @@ py::object ToPython(const nlohmann::ordered_json& j) {
   }
 }
 
-Partition RunPartitioner(const Graph& joint, const std::string& partitioner,
-                         const std::map<std::string, std::string>& options) {
-  MinCutOptions mincut;
+// The pipeline request of a Python call (checked while the GIL is held: it
+// raises). `policy` is the policy's JSON text (fxremat.policies), or None.
+PartitionRequest MakeRequest(const std::string& partitioner, const std::map<std::string, std::string>& options,
+                             const std::optional<std::string>& policy, const std::string& offload_target,
+                             bool barrier, bool keep_annotations) {
+  PartitionRequest request;
+  request.partitioner = partitioner;
   for (const auto& [name, value] : options) {
-    Status st = SetMinCutOption(mincut, name, value);
+    Status st = SetMinCutOption(request.mincut, name, value);
     if (!st.ok()) throw py::value_error(st.ToString());
   }
-  if (partitioner == "default") {
-    if (!options.empty()) throw py::value_error("options apply to the mincut partitioner only");
-    return Unwrap(DefaultPartition(joint));
+  if (partitioner == "default" && !options.empty())
+    throw py::value_error("options apply to the mincut partitioner only");
+  if (policy) request.mincut.policy = Unwrap(PolicyFromJson(*policy, "policy"));
+  request.offload_target = Unwrap(OffloadTargetFromName(offload_target));
+  request.barrier = barrier;
+  request.keep_annotations = keep_annotations;
+  return request;
+}
+
+// RunPartition without the GIL; its error becomes a ValueError once it is back.
+Partition RunWithoutGil(const Graph& joint, const PartitionRequest& request) {
+  Expected<Partition> p = Status::Internal("not run");
+  {
+    py::gil_scoped_release release;
+    p = RunPartition(joint, request);
   }
-  if (partitioner == "mincut") return Unwrap(MinCutPartition(joint, mincut));
-  throw py::value_error("unknown partitioner '" + partitioner + "' (available: mincut, default)");
+  return Unwrap(std::move(p));
 }
 
 std::unique_ptr<Graph> Parse(const std::string& text) {
@@ -105,34 +123,49 @@ PYBIND11_MODULE(_C, m) {
         py::arg("graph"));
   m.def(
       "partition",
-      [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options) {
+      [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options,
+         const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
+         bool keep_annotations) {
+        PartitionRequest request = MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations);
         std::unique_ptr<Graph> joint = Parse(graph);
-        Partition p = RunPartitioner(*joint, partitioner, options);
+        Partition p = RunWithoutGil(*joint, request);
         return std::make_tuple(GraphToJson(*p.forward), GraphToJson(*p.backward), SignatureToJson(p.signature));
       },
       py::arg("graph"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
-      "Partition a joint graph; returns (forward_json, backward_json, signature_json).");
+      py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,
+      py::arg("keep_annotations") = false,
+      "Partition a joint graph through the pipeline (include/fxremat/pipeline.h); `policy` is the policy's JSON "
+      "text. Returns (forward_json, backward_json, signature_json).");
   m.def(
       "partition_document",
-      [](const py::dict& document, const std::string& partitioner, const std::map<std::string, std::string>& options) {
+      [](const py::dict& document, const std::string& partitioner, const std::map<std::string, std::string>& options,
+         const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
+         bool keep_annotations) {
+        PartitionRequest request = MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations);
         // Python dicts in, Python dicts out: no JSON text on this path.
         nlohmann::json doc = FromPython(document);
-        std::unique_ptr<Graph> joint;
+        Expected<std::unique_ptr<Graph>> joint = Status::Internal("not read");
         {
           py::gil_scoped_release release;
-          joint = Unwrap(GraphFromJsonDocument(doc));
+          joint = GraphFromJsonDocument(doc);
         }
-        Partition p;
-        {
-          py::gil_scoped_release release;
-          p = RunPartitioner(*joint, partitioner, options);
-        }
+        std::unique_ptr<Graph> graph = Unwrap(std::move(joint));
+        Partition p = RunWithoutGil(*graph, request);
         return py::make_tuple(ToPython(GraphToJsonDocument(*p.forward)), ToPython(GraphToJsonDocument(*p.backward)),
                               ToPython(SignatureToJsonDocument(p.signature)));
       },
       py::arg("document"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
-      "Partition a joint graph given as the fxremat document dict (fxremat.to_json); returns (forward_doc, "
-      "backward_doc, signature) as dicts.");
+      py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,
+      py::arg("keep_annotations") = false,
+      "Partition a joint graph given as the fxremat document dict (fxremat.to_json) through the pipeline; returns "
+      "(forward_doc, backward_doc, signature) as dicts.");
+  m.def(
+      "parse_policy", [](const std::string& text) { return PolicyToJson(Unwrap(ParsePolicy(text))); },
+      py::arg("text"), "A policy's command-line form (NAME[:ARGS], POLICY+POLICY) as its JSON text.");
+  m.def(
+      "residual_report",
+      [](const std::string& signature) { return ResidualReport(Unwrap(SignatureFromJson(signature, "signature"))); },
+      py::arg("signature"), "The residual report (include/fxremat/residuals.h) of a signature given as JSON text.");
   m.def(
       "check_signature",
       [](const std::string& forward, const std::string& backward, const std::string& signature) {

@@ -10,6 +10,7 @@
 #include "fxremat/text.h"
 #include "passes/emit_offload.h"
 #include "passes/fold_annotations.h"
+#include "src/partition_internal.h"
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -127,4 +128,14 @@ TEST_CASE("the report of a partition of the seed's name_tensor graph") {
   INFO(report);
   CHECK(report.find("from the argument " + p->signature.saved[0].name) != std::string::npos);
   CHECK(report.find("offloaded  fw_out") != std::string::npos);
+}
+
+TEST_CASE("origin locations come from the innermost stack frame") {
+  CHECK(OriginLocation("  File \"/home/u/prog.py\", line 12, in f4\n    y = a(x)\n"
+                       "  File \"/usr/lib/torch/nn/linear.py\", line 125, in forward\n    return F.linear(x)\n") ==
+        "linear.py:125 (forward)");
+  CHECK(OriginLocation("  File \"prog.py\", line 6, in <lambda>\n") == "prog.py:6 (<lambda>)");
+  CHECK(OriginLocation("File \"prog.py\"") == "prog.py");
+  CHECK(OriginLocation("no frames here").empty());
+  CHECK(OriginLocation("").empty());
 }
