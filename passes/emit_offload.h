@@ -19,8 +19,12 @@
 
 namespace fxremat {
 
-// Rewrites p.forward and p.backward and updates p.signature (the host copies'
-// names and facts). Returns "changed?"; re-runs CheckSignature.
+// Rewrites p.forward and p.backward for every saved value with `offloaded` set:
+// its forward-output and backward-input slots then hold the host copy, a node
+// named "<name>_host" in both graphs (SavedValue::graphName); the signature
+// entry keeps the joint name and the device value's facts (docs/format.md,
+// "Signature"). Only tensors can be offloaded (bad input otherwise). Running it
+// again changes nothing. Returns "changed?"; re-runs CheckSignature.
 Expected<bool> EmitOffload(Partition& p, OffloadTarget target);
 
 }  // namespace fxremat
