@@ -605,8 +605,12 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
     // Note [Policy semantics]: an unnamed view is recomputed from its base.
     const OpInfo* info = n.isCallFunction() ? n.opInfo() : nullptr;
     const bool unnamed_view = info && info->schema.returnsAlias() && n.meta().names.empty();
-    const bool policy_applies =
-        spec && n.isCallFunction() && n.val().is_tensor() && !IsAnnotationOp(n.target()) && !unnamed_view;
+    // A multi-output op (a tuple, read through getitems) gets the demand too, as
+    // JAX's policy decides per primitive: otherwise the min cut's heuristics
+    // would ban recomputing it and force its getitems to be saved.
+    const bool is_tuple = n.val().kind == ValueFacts::Kind::kTuple;
+    const bool policy_applies = spec && n.isCallFunction() && (n.val().is_tensor() || is_tuple) &&
+                                !IsAnnotationOp(n.target()) && !unnamed_view;
     if (policy_applies) Evaluate(*spec, n, policy);
     if (spec && unnamed_view && n.val().is_tensor())
       policy.push_back({&n, Decision::kPreferRecompute, "policy: an unnamed view is recomputed from its base"});
@@ -652,6 +656,9 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
                                           "functionalization is not supported); save it instead",
                                           Describe(n), result.source),
                               fmt::format("node '{}'", n.name()));
+    // A tuple is never saved itself; its getitems carry any offload.
+    if (is_tuple && IsOffload(result.decision))
+      result.decision = IsMust(result.decision) ? Decision::kMustSave : Decision::kPreferSave;
     if (IsOffload(result.decision)) {
       std::string why = CannotMove(n, inputs);
       if (!why.empty())
