@@ -240,7 +240,8 @@ def test_partition_fn_is_a_drop_in_for_functorch(partitioner):
     joint, kw = _joint_of(_sin_mm, a, w)
     ref = min_cut_rematerialization_partition if partitioner == "mincut" else default_partition
     rfw, rbw = ref(copy.deepcopy(joint), None, **kw)
-    fw, bw = fxremat.partition_fn(partitioner)(copy.deepcopy(joint), None, **kw)
+    # keep_annotations: PyTorch keeps naming ops (xla::name_tensor) as clones.
+    fw, bw = fxremat.partition_fn(partitioner, keep_annotations=True)(copy.deepcopy(joint), None, **kw)
     assert [n.name for n in fw.graph.nodes] == [n.name for n in rfw.graph.nodes]
     assert [n.name for n in bw.graph.nodes] == [n.name for n in rbw.graph.nodes]
 
@@ -392,7 +393,8 @@ def test_partition_fn_builds_what_pytorch_builds_on_testdata(name, partitioner):
     kw = dict(num_fwd_outputs=nfo, static_lifetime_input_indices=static)
     ref = min_cut_rematerialization_partition if partitioner == "mincut" else default_partition
     rfw, rbw = ref(copy.deepcopy(joint), None, **kw)
-    fw, bw = fxremat.partition_fn(partitioner)(copy.deepcopy(joint), None, **kw)
+    # keep_annotations: PyTorch keeps naming ops (xla::name_tensor) as clones.
+    fw, bw = fxremat.partition_fn(partitioner, keep_annotations=True)(copy.deepcopy(joint), None, **kw)
     assert [n.name for n in fw.graph.nodes] == [n.name for n in rfw.graph.nodes]
     assert [n.name for n in bw.graph.nodes] == [n.name for n in rbw.graph.nodes]
     assert [str(n) for n in fw.graph.output_node().args[0]] == [str(n) for n in rfw.graph.output_node().args[0]]
