@@ -3,7 +3,7 @@
 # traced by AOTAutograd), then the Python path on a freshly traced model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FX=build/fxremat
+FX=${FX:-build/fxremat}
 OUT=build/demo
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -38,3 +38,17 @@ if [ -f tools/demo_compile.py ]; then
   echo "== 6. torch.compile(model, backend=\"fxremat\"): a short training run =="
   .venv/bin/python tools/demo_compile.py
 fi
+echo
+echo "== 7. Checkpoint policies on the GPT-2 graph (fxremat residuals --policy ...) =="
+printf "   %-36s %s\n" "policy" "residuals"
+for policy in "(none: the min cut alone)" nothing_saveable dots_with_no_batch_dims_saveable dots_saveable \
+              everything_saveable offload_dot_with_no_batch_dims; do
+  if [ "${policy:0:1}" = "(" ]; then args=(); else args=(--policy "$policy"); fi
+  printf "   %-36s %s\n" "$policy" "$($FX residuals "$G" "${args[@]}" | tail -n 1)"
+done
+echo "   offload_dot_with_no_batch_dims, verified with the host copies (fxremat verify):"
+$FX partition "$G" --policy offload_dot_with_no_batch_dims -o "$OUT/gpt2_2l_offload" > /dev/null
+$FX verify "$G" "$OUT/gpt2_2l_offload" | tail -n 1 | sed 's/^/   /'
+echo
+echo "== 8. Named values from Python: seed 003's program with fxremat.checkpoint_name =="
+.venv/bin/python tools/demo_policies.py
