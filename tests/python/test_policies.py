@@ -136,3 +136,149 @@ def test_checkpoint_name_compiles_fullgraph_and_traces():
     # the format can name it, and reading it back resolves it
     gm = fxremat.from_json(fxremat.to_json(joint.gm))
     assert torch.ops.fxremat.checkpoint_name.default in [n.target for n in gm.graph.nodes]
+
+
+# --------------------------------------------------------------------------------------
+# What each kind saves (the C++ engine, through fxremat.saved_residuals)
+# --------------------------------------------------------------------------------------
+
+
+def prog(x, w1, w2):
+    """a = x @ w1 (named), h = sin(a), b = h @ w2 (named), sum(cos(b)). The backward
+    needs a (cos of it), h (w2's gradient), b (-sin of it), and the inputs."""
+    a = fxremat.checkpoint_name(x @ w1, "a")
+    h = torch.sin(a)
+    b = fxremat.checkpoint_name(h @ w2, "b")
+    return torch.cos(b).sum()
+
+
+def _prog_args():
+    torch.manual_seed(0)
+    return (torch.randn(8, 16, requires_grad=True), torch.randn(16, 32, requires_grad=True),
+            torch.randn(32, 32, requires_grad=True))
+
+
+def batched(x, w):
+    """mm (no batch dims: x @ w of a 3-D x is a view, mm, view), then bmm (batch dims)."""
+    s = torch.sin(x @ w)
+    return torch.sin(torch.bmm(s, s.transpose(1, 2))).sum()
+
+
+def _batched_args():
+    torch.manual_seed(0)
+    return torch.randn(2, 4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+
+
+ARGS = {"x", "w1", "w2"}
+
+
+def _saved(fn, args, policy):
+    """{what: "saved" | "offloaded"} of the saved values that are not arguments, and
+    the arguments separately."""
+    rs = fxremat.saved_residuals(fn, *args, policy=policy)
+    values = {r.what: ("offloaded" if r.offloaded else "saved") for r in rs if r.kind != "argument"}
+    assert len(values) == len([r for r in rs if r.kind != "argument"]), [r.key for r in rs]
+    return values, {r.what for r in rs if r.kind == "argument"}
+
+
+def _numerics(fn, args, policy):
+    fw, bw, sig = fxremat.extract(fn, *args, policy=policy)
+    nfo = sig["extract"]["num_outputs"]
+    outs = list(fw(*[a.detach() for a in args]))
+    grads = bw(*outs[nfo:], torch.ones(()))
+    ref = [a.detach().clone().requires_grad_() for a in args]
+    want = fn(*ref)
+    want.backward()
+    torch.testing.assert_close(outs[0], want)
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r.grad)
+
+
+@pytest.mark.parametrize("policy, expected", [
+    # everything saveable: the backward's cos(a) and -sin(b) read forward values only, so
+    # they are forward values too and are saved instead of a and b (as JAX saves them)
+    (P.everything_saveable, {"sin": "saved", "cos": "saved", "neg": "saved"}),
+    (P.nothing_saveable, {}),
+    (P.dots_saveable, {"a": "saved", "b": "saved"}),
+    (P.checkpoint_dots, {"a": "saved", "b": "saved"}),
+    (P.dots_with_no_batch_dims_saveable, {"a": "saved", "b": "saved"}),
+    (P.save_only_these_names("b"), {"b": "saved"}),
+    (P.save_any_names_but_these("b"), {"a": "saved"}),
+    (P.save_anything_except_these_names("a"), {"sin": "saved", "cos": "saved", "neg": "saved"}),
+    (P.save_and_offload_only_these_names(names_which_can_be_saved=["a"], names_which_can_be_offloaded=["b"]),
+     {"a": "saved", "b": "offloaded"}),
+    (P.offload_dot_with_no_batch_dims("device", "pinned_host"), {"a": "offloaded", "b": "offloaded"}),
+    (P.save_from_both_policies(P.save_only_these_names("a"), P.save_only_these_names("b")),
+     {"a": "saved", "b": "saved"}),
+    (P.save_ops(torch.ops.aten.mm), {"a": "saved", "b": "saved"}),
+    (P.checkpoint_policy(by_name={"b": "MUST_SAVE"}, by_op={"aten.sin": "MUST_SAVE"}, default="PREFER_RECOMPUTE"),
+     {"sin": "saved", "b": "saved"}),
+    # all_of: a value is saveable if any policy says so (Note [Merging demands], rule 4)
+    (P.nothing_saveable & P.save_only_these_names("b"), {"b": "saved"}),
+    (P.save_only_these_names("a") & P.save_only_these_names("b"), {"a": "saved", "b": "saved"}),
+    ("save_only_these_names:a+dots_saveable", {"a": "saved", "b": "saved"}),
+], ids=lambda v: repr(v) if isinstance(v, (P.Policy, str)) else "")
+def test_each_kind_on_a_named_program(policy, expected):
+    values, args = _saved(prog, _prog_args(), policy)
+    assert values == expected
+    assert args == ARGS
+
+
+def test_the_recomputed_graphs_compute_the_same_gradients():
+    for policy in (P.nothing_saveable, P.save_only_these_names("b"),
+                   P.save_and_offload_only_these_names(names_which_can_be_saved=["a"], names_which_can_be_offloaded=["b"])):
+        _numerics(prog, _prog_args(), policy)
+
+
+def test_dots_with_and_without_batch_dims():
+    assert _saved(batched, _batched_args(), P.dots_saveable)[0] == {"mm": "saved", "bmm": "saved"}
+    assert _saved(batched, _batched_args(), P.dots_with_no_batch_dims_saveable)[0] == {"mm": "saved"}
+    assert _saved(batched, _batched_args(), P.offload_dot_with_no_batch_dims())[0] == {"mm": "offloaded"}
+
+
+def test_signature_decisions_and_name_maps():
+    fw, bw, sig = fxremat.extract(prog, *_prog_args(), policy=P.save_only_these_names("b"))
+    (b,) = [s for s in sig["saved"] if s["names"] == ["b"]]
+    assert b["decision"] == "PREFER_SAVE" and b["origin_op"] == "aten.mm.default" and not b["offloaded"]
+    assert "test_policies.py" in b["origin_location"]
+    assert sig["name_in_output_indices"] == {"b": b["forward_output_index"]}
+    assert sig["name_in_input_indices"] == {"b": b["backward_input_index"]}
+    assert sig["name_in_input_names"] == {"b": b["name"]}
+
+
+# --------------------------------------------------------------------------------------
+# Contradictions
+# --------------------------------------------------------------------------------------
+
+
+def test_must_save_and_must_recompute_on_one_value():
+    policy = P.checkpoint_policy(by_name={"a": "MUST_SAVE"}) & P.checkpoint_policy(by_name={"a": "MUST_RECOMPUTE"})
+    with pytest.raises(ValueError, match=r"contradictory demands on value 'mm' \(named 'a'\).*MUST_SAVE.*MUST_RECOMPUTE"):
+        fxremat.extract(prog, *_prog_args(), policy=policy)
+
+
+def test_must_recompute_a_random_op():
+    def dropout(x, w):
+        return torch.nn.functional.dropout(x @ w, p=0.5, training=True).sum()
+
+    args = (torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True))
+    with pytest.raises(ValueError, match=r"MUST_RECOMPUTE .*cannot be honoured: it is a random op"):
+        fxremat.extract(dropout, *args, policy=P.checkpoint_policy(by_op={"aten.native_dropout": "MUST_RECOMPUTE"}))
+
+
+def test_offload_of_a_view_of_an_input():
+    def f(x, w):
+        xt = fxremat.checkpoint_name(x.t(), "xt")
+        return torch.sin(xt @ w).sum()
+
+    args = (torch.randn(8, 4, requires_grad=True), torch.randn(8, 8, requires_grad=True))
+    policy = P.save_and_offload_only_these_names(names_which_can_be_saved=[], names_which_can_be_offloaded=["xt"])
+    with pytest.raises(ValueError, match=r"named 'xt'.*PREFER_CPU_OFFLOAD.*cannot be honoured: it is a view of the input"):
+        fxremat.extract(f, *args, policy=policy)
+
+
+def test_overlapping_save_and_offload_names():
+    with pytest.raises(ValueError, match="must be exclusive; both contain 'a'"):
+        P.save_and_offload_only_these_names(names_which_can_be_saved=["a"], names_which_can_be_offloaded=["a", "b"])
+    with pytest.raises(ValueError, match=r"the names should be exclusive, but 'a' is both in"):
+        fxremat.extract(prog, *_prog_args(), policy="save_and_offload_only_these_names:save=a;offload=a,b")

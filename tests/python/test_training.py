@@ -149,3 +149,39 @@ def test_saved_activation_bytes_against_pytorch_partitioners():
     by = {(r[0], r[1]): r[4] for r in rows}
     for label in ("aot", "inductor"):
         assert by[(label, "mincut")] < by[(label, "default")]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    ["object", "text"],
+)
+def test_gpt2_trains_like_eager_with_a_policy(policy):
+    """Issue 5's leftover: backend="fxremat" with options={"policy": ...} on names placed
+    by fxremat.checkpoint_name in hooks on every block (the layer norms' inputs are saved,
+    everything else is recomputed); aot_eager, so the tolerances are exact."""
+    import fxremat.policies as P
+
+    ref = programs.build("gpt2_2l").fn
+    mod = copy.deepcopy(ref)
+    names = programs.add_block_names(mod)
+    keep = [n for n in names if n.startswith("ln")]
+    spec = P.save_only_these_names(*keep) if policy == "object" else "save_only_these_names:" + ",".join(keep)
+    compiled = torch.compile(mod, backend="fxremat", options={"compiler": "aot_eager", "policy": spec})
+    tol = TOLERANCES["aot_eager"]
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_mod = torch.optim.SGD(mod.parameters(), lr=0.1)
+    for step, ids in enumerate(_batches(STEPS)):
+        want = ref(ids)
+        want.backward()
+        got = compiled(ids)
+        got.backward()
+        torch.testing.assert_close(got, want, **tol, msg=lambda m: f"step {step} loss: {m}")
+        for (name, a), b in zip(mod.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, **tol, msg=lambda m: f"step {step} grad of {name}: {m}")
+        for opt in (opt_ref, opt_mod):
+            opt.step()
+            opt.zero_grad()
+    (rec,) = partition_records()
+    saved_names = sorted(n for s in rec.signature["saved"] for n in s.get("names", []))
+    assert saved_names == sorted(keep)
+    assert all(s["decision"] == "PREFER_SAVE" for s in rec.signature["saved"] if s["names"])
