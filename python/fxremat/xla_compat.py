@@ -32,6 +32,7 @@ QUALNAME = "xla::name_tensor"
 OPS = ("name_tensor", "offload_name", "place_to_host", "place_to_device", "optimization_barrier")
 _lock = threading.Lock()
 _custom_ops: dict[str, object] = {}  # the torch.library.custom_op objects we registered
+_overloads: dict[str, object] = {}  # name -> OpOverload, once resolved (a plain lookup, traceable by Dynamo)
 
 
 def _resolves(name: str) -> bool:
@@ -106,7 +107,13 @@ def register_op(name: str):
     with _lock:
         if name not in _custom_ops and not _resolves(name):
             _custom_ops[name] = _DEFINERS[name](name)
-    return getattr(torch.ops.xla, name).default
+        _overloads[name] = getattr(torch.ops.xla, name).default
+    return _overloads[name]
+
+
+def _op(name: str):
+    op = _overloads.get(name)
+    return op if op is not None else register_op(name)
 
 
 def register():
@@ -120,10 +127,12 @@ def register_all() -> dict[str, object]:
 
 
 def name_tensor(t: torch.Tensor, name: str) -> torch.Tensor:
-    """Call ``xla::name_tensor`` (registering it first when needed)."""
-    return register()(t, name)
+    """Call ``xla::name_tensor`` (registering it first when needed; under
+    ``torch.compile``, register it before compiling: :func:`register_all`)."""
+    return _op("name_tensor")(t, name)
 
 
 def offload_name(t: torch.Tensor, name: str) -> torch.Tensor:
-    """Call ``xla::offload_name`` (registering it first when needed)."""
-    return register_op("offload_name")(t, name)
+    """Call ``xla::offload_name`` (registering it first when needed; under
+    ``torch.compile``, register it before compiling: :func:`register_all`)."""
+    return _op("offload_name")(t, name)

@@ -265,3 +265,49 @@ def test_gpt2_offload_mlp_activations():
               if c.kwargs.get("device") == torch.device("cpu")]
     assert len(to_cpu) == len(offloaded)
     _check_numerics(model, list(p.args), fw, bw, sig, tol=dict(rtol=1e-5, atol=1e-6))
+
+
+def test_offload_name_annotation_offloads_without_a_policy():
+    xla_compat.register_all()
+
+    def f(x, w):
+        h = xla_compat.offload_name(torch.sin(x @ w), "h")
+        return (h * h).sum()
+
+    args = (torch.randn(8, 4, requires_grad=True), torch.randn(4, 8, requires_grad=True))
+    fw, bw, sig = fxremat.extract(f, *args)
+    (h,) = [s for s in sig["saved"] if s["names"] == ["h"]]
+    assert h["offloaded"] and h["decision"] == "PREFER_CPU_OFFLOAD" and sig["offloaded_bytes"] == 8 * 8 * 4
+    outs = list(fw(*[a.detach() for a in args]))
+    grads = bw(*outs[1:], torch.ones(()))
+    want = f(*args)
+    want.backward()
+    torch.testing.assert_close(outs[0], want)
+    for g, a in zip(grads, args):
+        torch.testing.assert_close(g, a.grad)
+
+    def on_input(x, w):
+        return torch.sin(xla_compat.offload_name(x, "x") @ w).sum()
+
+    with pytest.raises(ValueError, match=r"named 'x'.*cannot be honoured: it is an input of the graph"):
+        fxremat.extract(on_input, *args)
+
+
+@pytest.mark.usefixtures("fresh_compile_state")
+def test_backend_options_offload_and_barrier():
+    from fxremat._partition_fn import partition_records
+
+    xla_compat.register_all()
+    model, x = _mlp()
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxremat", options={
+        "compiler": "aot_eager", "policy": MLP_POLICY, "offload_target": "xla", "barrier": True})
+    got = compiled(x)
+    got.sum().backward()
+    want = ref(x)
+    want.sum().backward()
+    torch.testing.assert_close(got, want)
+    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"gradient of {name}: {m}")
+    (rec,) = partition_records()
+    assert rec.signature["offloaded_bytes"] == 64 * 32 * 4
