@@ -51,6 +51,7 @@ _LAZY = {
     # named values and checkpoint policies (issue 4)
     "checkpoint_name": "._names",
     "policies": ".policies",
+    "xla_compat": ".xla_compat",
     "print_saved_residuals": "._residuals",
     "saved_residuals": "._residuals",
     "Residual": "._residuals",
