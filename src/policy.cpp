@@ -612,6 +612,15 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
     const bool policy_applies = spec && n.isCallFunction() && (n.val().is_tensor() || is_tuple) &&
                                 !IsAnnotationOp(n.target()) && !unnamed_view;
     if (policy_applies) Evaluate(*spec, n, policy);
+    // An input is always available (JAX's arguments are): a policy's save or
+    // recompute demand on a named input means nothing, but an offload demand
+    // cannot be honoured (rule 5).
+    if (spec && n.isPlaceholder() && !n.meta().names.empty()) {
+      std::vector<ValueDemand> on_input;
+      Evaluate(*spec, n, on_input);
+      for (const ValueDemand& d : on_input)
+        if (IsOffload(d.decision)) own.push_back(d);
+    }
     if (spec && unnamed_view && n.val().is_tensor())
       policy.push_back({&n, Decision::kPreferRecompute, "policy: an unnamed view is recomputed from its base"});
     if (own.empty() && policy.empty()) continue;

@@ -268,6 +268,17 @@ TEST_CASE("policies: contradictions are bad input naming the value and both dema
     CHECK_THAT(e, Catch::Contains("value 'primals_3' (named 'x')"));
     CHECK_THAT(e, Catch::Contains("it is an input of the graph"));
   }
+  SECTION("a policy's offload of a named input") {
+    for (const char* policy : {"save_and_offload_only_these_names:save=b;offload=x",
+                               "checkpoint_policy:x=MUST_CPU_OFFLOAD"}) {
+      std::string e = ErrorUnder(policy, [](Graph& g) { g.findNode("primals_3")->meta().names = {"x"}; });
+      CHECK_THAT(e, Catch::Contains("value 'primals_3' (named 'x')"));
+      CHECK_THAT(e, Catch::Contains("it is an input of the graph"));
+    }
+    // Saving a named input is what happens anyway: no error.
+    CHECK(SavedUnder("save_only_these_names:x", [](Graph& g) { g.findNode("primals_3")->meta().names = {"x"}; })
+              .device == kInputs);
+  }
   SECTION("offload of a view of an input") {
     std::string e = ErrorUnder("save_and_offload_only_these_names:save=b;offload=xt", [](Graph& g) {
       // Make t_2 (x transposed) a forward value the policy sees, aliasing x.
