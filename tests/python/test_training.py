@@ -33,6 +33,28 @@ TOLERANCES = {"inductor": dict(rtol=1e-4, atol=1e-5), "aot_eager": dict(rtol=0.0
 pytestmark = pytest.mark.usefixtures("fresh_compile_state")
 
 
+def _train_side_by_side(ref, mod, compiled, tol) -> list[float]:
+    """STEPS of SGD on eager `ref` and on `compiled` (wrapping `mod`, a copy of ref):
+    the losses and every gradient must agree within `tol` at every step. Returns the
+    compiled model's losses."""
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_mod = torch.optim.SGD(mod.parameters(), lr=0.1)
+    losses = []
+    for step, ids in enumerate(_batches(STEPS)):
+        want = ref(ids)
+        want.backward()
+        got = compiled(ids)
+        got.backward()
+        torch.testing.assert_close(got, want, **tol, msg=lambda m: f"step {step} loss: {m}")
+        for (name, a), b in zip(mod.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, **tol, msg=lambda m: f"step {step} grad of {name}: {m}")
+        for opt in (opt_ref, opt_mod):
+            opt.step()
+            opt.zero_grad()
+        losses.append(got.item())
+    return losses
+
+
 def _batches(steps: int):
     """The same batch every step, so that the loss must go down."""
     gen = torch.Generator().manual_seed(2024)
@@ -49,23 +71,7 @@ def test_gpt2_trains_like_eager(options):
     ref = programs.build("gpt2_2l").fn
     mod = copy.deepcopy(ref)
     compiled = torch.compile(mod, backend="fxremat", options=options)
-    tol = TOLERANCES[options.get("compiler", "inductor")]
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
-    opt_mod = torch.optim.SGD(mod.parameters(), lr=0.1)
-    losses = []
-    for step, ids in enumerate(_batches(STEPS)):
-        want = ref(ids)
-        want.backward()
-        got = compiled(ids)
-        got.backward()
-        torch.testing.assert_close(got, want, **tol, msg=lambda m: f"step {step} loss: {m}")
-        for (name, a), b in zip(mod.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(a.grad, b.grad, **tol, msg=lambda m: f"step {step} grad of {name}: {m}")
-        opt_ref.step()
-        opt_mod.step()
-        opt_ref.zero_grad()
-        opt_mod.zero_grad()
-        losses.append(got.item())
+    losses = _train_side_by_side(ref, mod, compiled, TOLERANCES[options.get("compiler", "inductor")])
     assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0]  # it trains
     recs = partition_records()
     assert len(recs) == 1, "one graph, partitioned once (no recompile, no graph break)"
@@ -168,20 +174,7 @@ def test_gpt2_trains_like_eager_with_a_policy(policy, compiler):
     keep = [n for n in names if n.startswith("ln")]
     spec = P.save_only_these_names(*keep) if policy == "object" else "save_only_these_names:" + ",".join(keep)
     compiled = torch.compile(mod, backend="fxremat", options={"compiler": compiler, "policy": spec})
-    tol = TOLERANCES[compiler]
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
-    opt_mod = torch.optim.SGD(mod.parameters(), lr=0.1)
-    for step, ids in enumerate(_batches(STEPS)):
-        want = ref(ids)
-        want.backward()
-        got = compiled(ids)
-        got.backward()
-        torch.testing.assert_close(got, want, **tol, msg=lambda m: f"step {step} loss: {m}")
-        for (name, a), b in zip(mod.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(a.grad, b.grad, **tol, msg=lambda m: f"step {step} grad of {name}: {m}")
-        for opt in (opt_ref, opt_mod):
-            opt.step()
-            opt.zero_grad()
+    _train_side_by_side(ref, mod, compiled, TOLERANCES[compiler])
     (rec,) = partition_records()
     saved_names = sorted(n for s in rec.signature["saved"] for n in s.get("names", []))
     assert saved_names == sorted(keep)
