@@ -166,32 +166,15 @@ def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = No
     return out
 
 
-def format_report(residuals: list[Residual]) -> str:
-    """The report's text (the same layout as the C++ ``ResidualReport``)."""
-    rows = [(r.describe(), "offloaded" if r.offloaded else "saved", r.forward_output_index, r.backward_input_index)
-            for r in residuals]
-    width = max((len(w) for w, *_ in rows), default=0)
-    lines = [f"{w:<{width}}  {how:<9}  fw_out {f}  bw_in {b}" for w, how, f, b in rows]
-    on_device = sum(r.bytes for r in residuals if not r.offloaded)
-    offloaded = sum(r.bytes for r in residuals if r.offloaded)
-    lines.append(f"{len(residuals)} residuals: {on_device} B saved on device, {offloaded} B offloaded to host")
-    return "\n".join(lines) + "\n"
-
-
 def residual_report(signature: dict, joint_gm: Any = None, fn: Any = None) -> str:
-    """The report for a signature: the C++ library's (``fxremat._C.residual_report``)
-    when the extension has it, with input paths spelled as argument names; else made
-    here in the same layout."""
+    """The report for a signature: the C++ library's (``fxremat._C.residual_report``,
+    the text ``fxremat residuals`` prints), with input paths spelled as argument names."""
     from ._partition import _extension
 
-    _C = _extension()
-    native = getattr(_C, "residual_report", None)
-    if native is not None:
-        sig = dict(signature)
-        sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
-                          signature.get("primals", [])]
-        return native(json.dumps(sig))
-    return format_report(residuals_from_signature(signature, joint_gm, fn))
+    sig = dict(signature)
+    sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
+                      signature.get("primals", [])]
+    return _extension().residual_report(json.dumps(sig))
 
 
 def _trace(fn: Callable[..., Any], args: tuple, kwargs: dict, policy: Any, partitioner: str, offload_target: str):

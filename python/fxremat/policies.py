@@ -343,81 +343,20 @@ def checkpoint_policy(by_name: Mapping[str, Any] | None = None, by_op: Mapping[A
 # --------------------------------------------------------------------------------------
 
 
-def _split_top(text: str, sep: str) -> list[str]:
-    return [p for p in text.split(sep)] if text else []
-
-
-def _parse_one(text: str) -> Policy:
-    name, colon, args = text.partition(":")
-    name = name.strip()
-    if name not in KINDS or name == "all_of":
-        raise ValueError(f"policy {text!r}: unknown policy {name!r} (known: {', '.join(k for k in KINDS if k != 'all_of')})")
-    items = [a.strip() for a in args.split(",")] if colon else []
-    if name in ("everything_saveable", "nothing_saveable", "dots_saveable", "checkpoint_dots",
-                "dots_with_no_batch_dims_saveable", "checkpoint_dots_with_no_batch_dims"):
-        if colon and args:
-            raise ValueError(f"policy {text!r}: {name} takes no arguments")
-        return Policy.from_json({"policy": name})
-    if name in _NAME_KINDS:
-        return globals()[name](*[i for i in items if i])
-    if name == "save_ops":
-        return save_ops(*[i for i in items if i])
-    if name == "offload_dot_with_no_batch_dims":
-        return offload_dot_with_no_batch_dims(*items) if colon else offload_dot_with_no_batch_dims()
-    if name == "save_and_offload_only_these_names":
-        fields: dict[str, list[str]] = {"save": [], "offload": [], "src": ["device"], "dst": ["pinned_host"]}
-        for part in args.split(";") if colon else []:
-            key, eq, value = part.partition("=")
-            key = key.strip()
-            if not eq or key not in fields:
-                raise ValueError(f"policy {text!r}: expected save=NAMES;offload=NAMES[;src=..;dst=..], got {part!r}")
-            fields[key] = [v.strip() for v in value.split(",") if v.strip()]
-        return save_and_offload_only_these_names(names_which_can_be_saved=fields["save"],
-                                                 names_which_can_be_offloaded=fields["offload"],
-                                                 offload_src=fields["src"][0], offload_dst=fields["dst"][0])
-    if name == "save_from_both_policies":
-        kids = args.split("|") if colon else []
-        if len(kids) != 2:
-            raise ValueError(f"policy {text!r}: save_from_both_policies takes two policies separated by '|'")
-        return save_from_both_policies(_parse_one(kids[0]), _parse_one(kids[1]))
-    # checkpoint_policy:a=MUST_SAVE,b=PREFER_RECOMPUTE;op:aten.mm=MUST_SAVE;default=PREFER_RECOMPUTE
-    by_name: dict[str, str] = {}
-    by_op: dict[str, str] = {}
-    default = None
-    for section in args.split(";") if colon else []:
-        section = section.strip()
-        if not section:
-            continue
-        if section.startswith("default="):
-            default = section.removeprefix("default=").strip()
-            continue
-        table = by_name
-        if section.startswith("op:"):
-            table, section = by_op, section.removeprefix("op:")
-        for item in section.split(","):
-            key, eq, value = item.partition("=")
-            if not eq or not key.strip():
-                raise ValueError(f"policy {text!r}: expected NAME=DECISION, got {item!r}")
-            if table is by_name and key.strip() == "default":
-                default = value.strip()
-            else:
-                table[key.strip()] = value.strip()
-    return checkpoint_policy(by_name=by_name, by_op=by_op, default=default)
-
-
 def parse(text: str) -> Policy:
     """The command-line form (``include/fxremat/policy.h``, ``ParsePolicy``):
-    ``NAME[:ARGS]``, several joined by ``+`` (all_of). See ``docs/policies.md``."""
+    ``NAME[:ARGS]``, several joined by ``+`` (all_of). See ``docs/policies.md``. The C++
+    library parses it, so the grammar and the messages are the CLI's."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"empty policy {text!r}")
-    # '+' separates policies; save_from_both_policies' children use '|'
-    return all_of(*(_parse_one(p.strip()) for p in text.strip().split("+")))
+    from ._partition import _extension
+
+    return Policy.from_json(json.loads(_extension().parse_policy(text.strip())))
 
 
 def as_policy_json(policy: Any) -> dict | None:
     """The JSON form of ``policy``: a :class:`Policy`, the command-line text form
-    (parsed by the C++ library when the extension has ``parse_policy``, so messages are
-    the CLI's), a JSON dict or list (list = all_of), a JSON text, or None."""
+    (parsed by the C++ library, so messages are the CLI's), a JSON dict or list (list = all_of), a JSON text, or None."""
     if policy is None:
         return None
     if isinstance(policy, Policy):
@@ -428,9 +367,6 @@ def as_policy_json(policy: Any) -> dict | None:
         text = policy.strip()
         if text.startswith(("{", "[")):
             return Policy.from_json(json.loads(text)).to_json()
-        parser = _extension_parser()
-        if parser is not None:
-            return json.loads(parser(text))
         return parse(text).to_json()
     if callable(policy):
         raise TypeError(
@@ -444,12 +380,3 @@ def as_policy(policy: Any) -> Policy | None:
     """Like :func:`as_policy_json`, as a :class:`Policy` object."""
     d = as_policy_json(policy)
     return None if d is None else Policy.from_json(d)
-
-
-def _extension_parser():
-    try:
-        from ._partition import _extension
-
-        return getattr(_extension(), "parse_policy", None)
-    except ImportError:
-        return None
