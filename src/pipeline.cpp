@@ -40,7 +40,21 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
 
   Partition p;
   if (request.partitioner == "default") {
+    // The default partition has no choice to make, but it honours
+    // xla::offload_name: a saved value that carries the request is offloaded.
+    // ApplyPolicy (no policy) rejects requests that cannot be honoured.
+    bool offload_requests = false;
+    for (const auto& up : g->nodes()) offload_requests = offload_requests || up->meta().offload_requested;
+    if (offload_requests) {
+      if (!folded) {
+        folded = CloneGraph(joint);
+        g = folded.get();
+      }
+      FXREMAT_RETURN_IF_ERROR(ApplyPolicy(*folded, nullptr).status());
+    }
     FXREMAT_ASSIGN_OR_RETURN(p, DefaultPartition(*g));
+    for (SavedValue& v : p.signature.saved)
+      if (const Node* n = g->findNode(v.name); n && n->meta().offload_requested) v.offloaded = true;
   } else {
     FXREMAT_ASSIGN_OR_RETURN(p, MinCutPartition(*g, request.mincut));
   }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "fxremat/partition.h"
+#include "fxremat/pipeline.h"
 #include "fxremat/policy.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
@@ -370,4 +371,36 @@ TEST_CASE("policies on the bundled 2-layer GPT-2: nothing_saveable keeps only in
         std::set<std::string>{"input", "aten.addmm.default", "aten.mm.default"});
   CHECK(saved_ops("dots_saveable") ==
         std::set<std::string>{"input", "aten.addmm.default", "aten.mm.default", "aten.bmm.default"});
+}
+
+TEST_CASE("pipeline: the default partitioner honours offload requests and rejects impossible ones") {
+  PartitionRequest request;
+  request.partitioner = "default";
+  std::unique_ptr<Graph> g = TwoLayers();
+  g->findNode("sin")->meta().offload_requested = true;
+  auto p = RunPartition(*g, request);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  int offloaded = 0;
+  for (const SavedValue& v : p->signature.saved) {
+    CHECK(v.offloaded == (v.name == "sin"));
+    offloaded += v.offloaded;
+  }
+  CHECK(offloaded == 1);
+  CHECK(p->signature.offloadedBytes() == 20);
+  // The forward copies it to host; the backward reloads it.
+  bool copies = false;
+  for (const auto& up : p->forward->nodes()) copies = copies || up->target() == "aten._to_copy.default";
+  CHECK(copies);
+
+  std::unique_ptr<Graph> h = TwoLayers();
+  h->findNode("primals_1")->meta().offload_requested = true;
+  auto q = RunPartition(*h, request);
+  REQUIRE_FALSE(q.ok());
+  CHECK_THAT(q.status().ToString(), Catch::Contains("it is an input of the graph"));
+
+  request.mincut.policy = ParsePolicy("nothing_saveable").value();
+  auto r = RunPartition(*TwoLayers(), request);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().ToString(), Catch::Contains("a policy needs the mincut partitioner"));
 }
