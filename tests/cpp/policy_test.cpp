@@ -404,3 +404,44 @@ TEST_CASE("pipeline: the default partitioner honours offload requests and reject
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.status().ToString(), Catch::Contains("a policy needs the mincut partitioner"));
 }
+
+TEST_CASE("policies: mutated specs parse or fail cleanly, and what parses round-trips") {
+  // A cheap in-tree fuzz: every prefix and single-character mutation of valid
+  // specs, in both forms. Nothing may crash; every accepted spec must survive
+  // PolicyToJson -> PolicyFromJson unchanged.
+  const std::vector<std::string> seeds = {
+      "save_and_offload_only_these_names:save=y,w;offload=z;src=device;dst=pinned_host",
+      "checkpoint_policy:a=MUST_SAVE,b=PREFER_RECOMPUTE;op:aten.mm=MUST_SAVE;default=PREFER_RECOMPUTE",
+      "save_from_both_policies:dots_saveable|save_only_these_names:a+offload_dot_with_no_batch_dims:device,pinned_host",
+      R"([{"policy": "save_ops", "ops": ["aten.mm"]}, {"policy": "checkpoint_policy", "by_name": {"a": "MUST_SAVE"},
+          "default": "PREFER_RECOMPUTE"}, {"policy": "save_from_both_policies", "policies": [{"policy": "dots_saveable"},
+          {"policy": "save_only_these_names", "names": ["a"]}]}])",
+  };
+  const std::string alphabet = ":;,|+=[]{}\"' aX_";
+  size_t accepted = 0, tried = 0;
+  auto check = [&](const std::string& text) {
+    ++tried;
+    for (auto spec : {ParsePolicy(text), PolicyFromJson(text, "fuzz")}) {
+      if (!spec.ok()) {
+        CHECK(spec.status().code() == ErrorCode::kBadInput);
+        continue;
+      }
+      ++accepted;
+      auto again = PolicyFromJson(PolicyToJson(*spec), "round trip");
+      INFO(text);
+      REQUIRE(again.ok());
+      CHECK(*again == *spec);
+    }
+  };
+  for (const std::string& seed : seeds) {
+    for (size_t n = 0; n <= seed.size(); ++n) check(seed.substr(0, n));
+    for (size_t i = 0; i < seed.size(); ++i)
+      for (char c : alphabet) {
+        std::string m = seed;
+        m[i] = c;
+        check(m);
+      }
+  }
+  CHECK(tried > 5000);
+  CHECK(accepted > 100);
+}
