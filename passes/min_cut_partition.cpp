@@ -370,7 +370,7 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
   const bool prefer_recompute = decision == Decision::kPreferRecompute;
   if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input", /*forced=*/true);
   else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed", /*forced=*/true);
-  if (prefer_recompute && (cat_[i].random || (node.opInfo() && node.opInfo()->hasTag("nondeterministic_seeded"))))
+  if (prefer_recompute && IsRandomOp(node))
     BanRecomputationIfAllowed(node, "random op: replaying it would draw different numbers", /*forced=*/true);
   if (RequiredFw(node) && !prefer_recompute)
     if (const char* reason = ShouldBanRecomputation(node)) BanRecomputationIfAllowed(node, reason);
@@ -532,11 +532,8 @@ Expected<MinCutSolution> NetworkBuilder::Solve() {
       return Status::Internal(fmt::format("cut edge {} -> {} is not a node's save edge", VertexName(from), VertexName(to)));
     saved[static_cast<size_t>(from / 2)] = true;
   }
-  for (const auto& up : joint_.nodes()) {
-    if (!saved[up->index()]) continue;
-    solution.saved_values.push_back(up.get());
-    if (IsOffload(DecisionOf(*up))) solution.offloaded_values.push_back(up.get());
-  }
+  for (const auto& up : joint_.nodes())
+    if (saved[up->index()]) solution.saved_values.push_back(up.get());
   return solution;
 }
 
@@ -614,14 +611,12 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& op
 
 namespace {
 
-// Marks the saved values the solver chose to offload, and records every saved
-// value's decision, in the signature.
-void AnnotateSaved(const Graph& g, const std::vector<Node*>& offloaded, Partition& p) {
-  std::set<std::string> offload_names;
-  for (const Node* n : offloaded) offload_names.insert(n->name());
+// A saved value whose decision (ExtractPartition copies it from the node) is an
+// offload decision goes to host memory.
+void MarkOffloaded(Partition& p) {
   for (SavedValue& v : p.signature.saved) {
-    v.offloaded = offload_names.count(v.name) > 0;
-    if (const Node* n = g.findNode(v.name)) v.decision = n->meta().recompute;
+    auto d = DecisionFromName(v.decision);
+    v.offloaded = d.ok() && IsOffload(*d);
   }
 }
 
@@ -634,16 +629,14 @@ Expected<Partition> PartitionPrepared(const Graph& g, const MinCutOptions& optio
   if (!any_required_bw) {
     // Nothing depends on a tangent: as the reference, hand over to the default partition.
     FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(g));
-    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, saved, "mincut"));
-    AnnotateSaved(g, {}, p);
-    return p;
+    return ExtractPartition(g, saved, "mincut");
   }
   FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(g, options));
   std::vector<Node*> saved;
   for (Node* n : solution.saved_values)
     if (!IsAssertOnlySymBool(*n)) saved.push_back(n);
   FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, saved, "mincut"));
-  AnnotateSaved(g, solution.offloaded_values, p);
+  MarkOffloaded(p);
   return p;
 }
 

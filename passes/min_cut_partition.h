@@ -70,7 +70,6 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
 struct MinCutSolution {
   std::vector<Node*> saved_values;   // joint-graph (post-CSE) nodes, in graph order
   std::vector<Node*> banned_nodes;   // banned from recomputation, in ban order
-  std::vector<Node*> offloaded_values;  // the saved values to offload, in graph order
   int64_t cut_value = 0;             // total weight of the cut edges
   int64_t network_nodes = 0, network_edges = 0;
 };

@@ -32,6 +32,15 @@ bool MustRecompute(const Node& n) {
   return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
 }
 
+bool IsRandomOp(const Node& n) {
+  if (!n.isCallFunction()) return false;
+  const std::string_view t = n.target();
+  for (std::string_view packet : {"aten.native_dropout.", "aten.rand_like.", "aten.randn_like."})
+    if (t.rfind(packet, 0) == 0) return true;
+  const OpInfo* info = n.opInfo();
+  return info && info->hasTag("nondeterministic_seeded");
+}
+
 bool IsAssertOnlySymBool(const Node& n) {
   return n.val().kind == ValueFacts::Kind::kSymBool && !n.users().empty() &&
          std::all_of(n.users().begin(), n.users().end(),

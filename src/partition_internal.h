@@ -24,6 +24,9 @@ bool IsAssertOnlySymBool(const Node& n);
 // a random op (recomputing it would draw new numbers: RNG functionalization is
 // not supported).
 Expected<bool> HasRecomputableOps(const Graph& graph);
+// A random op (the reference's native_dropout / rand_like / randn_like, or any op
+// tagged nondeterministic_seeded): replaying it would draw different numbers.
+bool IsRandomOp(const Node& n);
 // Ops with side effects (a mutable schema): never dropped as dead code.
 bool IsImpure(const Node& n);
 

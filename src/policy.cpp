@@ -552,15 +552,6 @@ void Evaluate(const PolicySpec& spec, const Node& value, std::vector<ValueDemand
   if (d != Decision::kNone) out.push_back({const_cast<Node*>(&value), d, "policy " + spec.ToString()});
 }
 
-bool IsRandomOp(const Node& n) {
-  const Node& op = ProducerOf(n);
-  if (!op.isCallFunction()) return false;
-  const std::string_view p = PacketOf(op.target());
-  if (p == "aten.native_dropout" || p == "aten.rand_like" || p == "aten.randn_like") return true;
-  const OpInfo* info = op.opInfo();
-  return info && info->hasTag("nondeterministic_seeded");
-}
-
 // Why `n` cannot be moved to host memory, or "" if it can.
 std::string CannotMove(const Node& n, const std::vector<Node*>& inputs) {
   if (n.val().is_sym()) return "it is a symbolic scalar, kept on the autograd context, not in device memory";
@@ -576,10 +567,7 @@ std::string CannotMove(const Node& n, const std::vector<Node*>& inputs) {
 
 std::string Describe(const Node& n) {
   std::string s = fmt::format("'{}'", n.name());
-  if (!n.meta().names.empty()) {
-    std::vector<std::string> names = n.meta().names;
-    s += fmt::format(" (named {})", Quoted(names));
-  }
+  if (!n.meta().names.empty()) s += fmt::format(" (named {})", Quoted(n.meta().names));
   if (n.isCallFunction()) s += fmt::format(", output of {}", n.target());
   return s;
 }
@@ -588,7 +576,7 @@ std::string Describe(const Node& n) {
 
 Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec) {
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(g));
-  std::vector<Node*> inputs = c.primals;
+  const std::vector<Node*>& inputs = c.primals;
   std::vector<ValueDemand> decided;
   for (const auto& up : g.nodes()) {
     Node& n = *up;
@@ -625,16 +613,17 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
       policy.push_back({&n, Decision::kPreferRecompute, "policy: an unnamed view is recomputed from its base"});
     if (own.empty() && policy.empty()) continue;
 
+    auto contradiction = [&](const char* what, const ValueDemand& a, const ValueDemand& b) {
+      return Status::BadInput(fmt::format("contradictory {} on value {}: {} ({}) and {} ({})", what, Describe(n),
+                                          DecisionName(a.decision), a.source, DecisionName(b.decision), b.source),
+                              fmt::format("node '{}'", n.name()));
+    };
     // Rule 1 and 2: MUST demands.
     const ValueDemand* must = nullptr;
     for (const auto* list : {&own, &policy})
       for (const ValueDemand& d : *list) {
         if (!IsMust(d.decision)) continue;
-        if (must && must->decision != d.decision)
-          return Status::BadInput(fmt::format("contradictory demands on value {}: {} ({}) and {} ({})", Describe(n),
-                                              DecisionName(must->decision), must->source, DecisionName(d.decision),
-                                              d.source),
-                                  fmt::format("node '{}'", n.name()));
+        if (must && must->decision != d.decision) return contradiction("demands", *must, d);
         if (!must) must = &d;
       }
     ValueDemand result;
@@ -649,17 +638,13 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
       const ValueDemand* keep = nullptr;
       for (const ValueDemand& d : policy) {
         if (IsRecompute(d.decision)) continue;
-        if (keep && keep->decision != d.decision)
-          return Status::BadInput(fmt::format("contradictory policies on value {}: {} ({}) and {} ({})", Describe(n),
-                                              DecisionName(keep->decision), keep->source, DecisionName(d.decision),
-                                              d.source),
-                                  fmt::format("node '{}'", n.name()));
+        if (keep && keep->decision != d.decision) return contradiction("policies", *keep, d);
         if (!keep) keep = &d;
       }
       result = keep ? *keep : policy.front();
     }
     // Rule 5: demands that cannot be honoured.
-    if (result.decision == Decision::kMustRecompute && IsRandomOp(n))
+    if (result.decision == Decision::kMustRecompute && IsRandomOp(ProducerOf(n)))
       return Status::BadInput(fmt::format("value {}: MUST_RECOMPUTE ({}) cannot be honoured: it is a random op, "
                                           "and replaying it in the backward would draw different numbers (RNG "
                                           "functionalization is not supported); save it instead",
