@@ -479,8 +479,7 @@ def build_modules(
     tangents = [t["name"] for t in sig["tangents"]]
 
     # Note [Activations with no version counter checks in eager]: those go last.
-    no_vc = [n for n in saved_tensors
-             if n in joint_nodes and joint_nodes[n].meta.get("saved_tensor_with_no_vc_check", False)]
+    no_vc = [n for n in saved_tensors if joint_nodes[n].meta.get("saved_tensor_with_no_vc_check", False)]
     moved = False
     if no_vc:
         saved_tensors = [n for n in saved_tensors if n not in set(no_vc)] + no_vc
@@ -506,22 +505,9 @@ def build_modules(
             else:
                 derived.append(n)
         bindings = find_symbol_binding_fx_nodes(graph)
-        fw_entries_by_name = {e["name"]: e for e in fw_doc["nodes"]}
-
-        def joint_val(name: str) -> Any:
-            # a value the pipeline made (a host copy) has its source's shape
-            for _ in range(len(fw_entries_by_name) + 1):
-                if name in joint_nodes:
-                    return joint_nodes[name].meta.get("val")
-                refs: list[str] = []
-                _refs(fw_entries_by_name.get(name, {}).get("args", ()), refs)
-                if not refs:
-                    return None
-                name = refs[0]
-            return None
-
+        # Saved values keep their joint names, offloaded ones too (Note [Offload]).
         for name in [*derived, *saved_tensors, *tangents]:
-            val = joint_val(name)
+            val = joint_nodes[name].meta.get("val")
             if val is None:
                 continue
             new = free_symbols(val) - bound
