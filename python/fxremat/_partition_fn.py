@@ -48,6 +48,7 @@ import collections
 import copy
 import gc
 import hashlib
+import inspect
 import operator
 import os
 import re
@@ -98,6 +99,147 @@ def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
     if opts and partitioner != "mincut":
         raise ValueError(f"fxremat: min-cut options {sorted(opts)} do not apply to partitioner {partitioner!r}")
     return opts
+
+
+# --------------------------------------------------------------------------------------
+# torch._functorch.config
+# --------------------------------------------------------------------------------------
+#
+# Note [Ambient functorch config]
+# PyTorch's partitioners read torch._functorch.config when they run, so the values set
+# globally or under torch._functorch.config.patch(...) around a compile apply. An
+# fxremat partition_fn reads them when it is called, too (never when it is made). Every
+# knob partitioners.py (torch 2.13) reads is one of:
+#
+# - honoured, mincut only: the MINCUT_OPTIONS names (not max_flow, fxremat's own). A knob
+#   whose ambient value differs from the C++ default (passes/min_cut_partition.h
+#   MinCutOptions, the same defaults as functorch's) goes to the C++ min cut; an
+#   explicit option of the same name overrides it. default_partition reads none of
+#   them, so for partitioner="default" they are not read at all.
+#   activation_memory_budget other than 1.0 / 0.0 is an error naming the knob.
+# - not honourable: _UNHONOURED_CONFIG below; with a partitioner that reads the knob,
+#   any other value than the one listed (its default) is an error naming the knob and
+#   the value. (Per-region budgets -- node.meta["memory_budget"],
+#   region_activation_memory_budget annotations -- are graph content, not config, and
+#   are not read by fxremat.)
+# - irrelevant to the partition (ignored):
+#   activation_memory_budget_solver, activation_memory_budget_runtime_estimator,
+#     is_non_builtin_to_include, visualize_memory_budget_pareto, memory_budget_pareto_dir
+#     (PyTorch reads them only for 0 < activation_memory_budget < 1, itself an error
+#     here: a training script that sets them globally at budget 1.0 partitions as it
+#     does with PyTorch);
+#   debug_partitioner (logging only, read when partitioners.py is imported);
+#   torch_compile_graph_format (file format of draw_graph's debug drawings);
+#   unsafe_treat_script_objects_as_zero_size (_size_of of script objects: the format
+#     cannot encode script objects, so such a graph never reaches the C++ partitioner);
+#   graphsafe_rng_functionalization, and Inductor's fallback_random /
+#     test_configs.graphsafe_rng_func_ignores_fallback_random (functionalize_rng_ops, run
+#     only when random ops are recomputed: fxremat never recomputes a random op -- a
+#     MUST_RECOMPUTE tag on one is an error, docs/policies.md);
+#   activation_offload_separate_stream and the other activation_offload_* /
+#     activation_reload_* knobs (read only when enable_activation_offloading is on,
+#     which is an error).
+# Inductor's post_grad_fusion_options["activation_quantization_aten_pass"] also changes
+# what the partitioners return (_extract_fwd_bwd_modules quantizes saved activations);
+# fxremat does not, so it is an error too (checked when torch._inductor.config is loaded:
+# otherwise it holds its default, {}).
+
+# The C++ defaults of the honoured knobs (= torch._functorch.config's defaults).
+_MINCUT_DEFAULTS: dict[str, Any] = {
+    "activation_memory_budget": 1.0,
+    "aggressive_recomputation": False,
+    "ban_recompute_long_fusible_chains": True,
+    "ban_recompute_materialized_backward": True,
+    "ban_recompute_not_in_allowlist": True,
+    "ban_recompute_reductions": True,
+    "ban_recompute_used_far_apart": True,
+    "cse": True,
+    "max_dist_from_bw": 1000,
+    "recompute_views": False,
+    "treat_parameters_as_free_to_save": True,
+}
+
+# knob: (the only value fxremat implements, the partitioners that read the knob, why)
+_UNHONOURED_CONFIG: dict[str, tuple[Any, tuple[str, ...], str]] = {
+    # Inserts PyTorch's own offload/reload ops after partitioning; fxremat offloads by
+    # policy (docs/policies.md) instead.
+    "enable_activation_offloading": (False, ("mincut", "default"),
+                                     "fxremat does not run PyTorch's activation offloading; a policy can offload "
+                                     "instead, docs/policies.md"),
+    # fxremat always saves collectives (never recomputes them outside checkpoint regions).
+    "unsafe_allow_optimization_of_collectives": (False, ("mincut", "default"), "fxremat always saves collectives"),
+    # Agrees on the saved set across ranks with a collective at compile time.
+    "_sync_decision_cross_ranks": (False, ("mincut", "default"),
+                                   "fxremat does not synchronize its decision across ranks"),
+}
+
+_QUANT_PASS = "activation_quantization_aten_pass"
+
+
+def _knob(name: str) -> str:
+    return f"torch._functorch.config.{name}"
+
+
+def ambient_options(partitioner: str, explicit: dict | None = None) -> dict[str, str]:
+    """The extension options the ambient ``torch._functorch.config`` asks for, read
+    now, for the knobs not in ``explicit`` (Note [Ambient functorch config]); raises
+    ``ValueError`` naming a knob set to a value fxremat cannot honour."""
+    import sys
+
+    from torch._functorch import config as cfg
+
+    from ._partition import _option_text
+
+    explicit = explicit or {}
+    for name, (want, partitioners, why) in _UNHONOURED_CONFIG.items():
+        value = getattr(cfg, name, want)
+        if partitioner in partitioners and value != want:
+            raise ValueError(
+                f"fxremat: {_knob(name)}={value!r} is not supported ({why}); the {partitioner} partitioner "
+                f"implements only {_knob(name)}={want!r}"
+            )
+    ind = sys.modules.get("torch._inductor.config")
+    if ind is not None and (getattr(ind, "post_grad_fusion_options", None) or {}).get(_QUANT_PASS) is not None:
+        raise ValueError(
+            f"fxremat: torch._inductor.config.post_grad_fusion_options[{_QUANT_PASS!r}] is set: PyTorch's "
+            "partitioners then quantize saved activations, which fxremat does not do"
+        )
+    if partitioner != "mincut":  # default_partition reads none of the min-cut knobs
+        return {}
+    opts: dict[str, str] = {}
+    for name, default in _MINCUT_DEFAULTS.items():
+        if name in explicit:
+            continue
+        value = getattr(cfg, name, default)
+        if value == default:
+            continue
+        if name == "activation_memory_budget" and value not in (0.0, 1.0):
+            raise ValueError(
+                f"fxremat: {_knob(name)}={value!r} is not supported: only 1.0 (the minimum cut) and 0.0 (save only "
+                "the inputs); the budgets between them need PyTorch's knapsack solver, which fxremat does not have. "
+                "An explicit option (options={'activation_memory_budget': 1.0}) overrides the config"
+            )
+        opts[name] = _option_text(value)
+    return opts
+
+
+def ambient_config_key() -> tuple:
+    """The raw values of every knob Note [Ambient functorch config] reads, for cache keys."""
+    from torch._functorch import config as cfg
+
+    return tuple((k, repr(getattr(cfg, k, None))) for k in (*_MINCUT_DEFAULTS, *_UNHONOURED_CONFIG))
+
+
+def _config_value(name: str, text: str) -> Any:
+    """An extension option's text as the ``torch._functorch.config`` value (fallback)."""
+    default = _MINCUT_DEFAULTS[name]
+    if isinstance(default, bool):
+        if text in ("true", "True", "1"):
+            return True
+        if text in ("false", "False", "0"):
+            return False
+        raise ValueError(f"fxremat: option {name} takes true or false, not {text!r}")
+    return type(default)(float(text))
 
 
 # --------------------------------------------------------------------------------------
@@ -751,7 +893,7 @@ def split_joint(
     t0 = time.perf_counter()
     with _NoGC():
         if doc is None:
-            doc = to_json(joint_module, kind="joint", num_fwd_outputs=num_fwd_outputs)
+            doc = to_json(joint_module, kind="joint", num_fwd_outputs=num_fwd_outputs, constants="reference")
             # Stack traces are most of the document's text and the partitioner does
             # not read them; the built graphs take them from the joint graph's meta.
             for entry in doc["nodes"]:
@@ -881,6 +1023,31 @@ def _implementation_hash() -> str:
     return h
 
 
+# The parameters of PyTorch's partitioners (torch/_functorch/partitioners.py, torch 2.13),
+# as functions that return them: (joint_module, joint_inputs, keywords for the reference).
+def _mincut_arguments(joint_module: fx.GraphModule, _joint_inputs: Any, compiler: str = "inductor", *,
+                      num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None):
+    return joint_module, _joint_inputs, {"compiler": compiler, "num_fwd_outputs": num_fwd_outputs,
+                                         "static_lifetime_input_indices": static_lifetime_input_indices}
+
+
+def _default_arguments(joint_module: fx.GraphModule, _joint_inputs: Any, *, num_fwd_outputs: int,
+                       static_lifetime_input_indices: list[int] | None = None,
+                       static_lifetime_input_nodes: Any = None):
+    return joint_module, _joint_inputs, {"num_fwd_outputs": num_fwd_outputs,
+                                         "static_lifetime_input_indices": static_lifetime_input_indices,
+                                         "static_lifetime_input_nodes": static_lifetime_input_nodes}
+
+
+# Python's TypeErrors name the function by its qualified name.
+_mincut_arguments.__qualname__ = "fxremat.partition_fn('mincut').__call__"
+_default_arguments.__qualname__ = "fxremat.partition_fn('default').__call__"
+_ARGUMENTS = {"mincut": _mincut_arguments, "default": _default_arguments}
+
+# The naming ops fxremat folds away (src/extract_partition.cpp, IsAnnotationOp).
+_ANNOTATION_OPS = ("xla.name_tensor.default", "xla.offload_name.default", "fxremat.checkpoint_name.default")
+
+
 class FxrematPartitionFn:
     """The callable :func:`partition_fn` returns (see there)."""
 
@@ -911,14 +1078,32 @@ class FxrematPartitionFn:
     def uuid(self) -> str:
         """A key for compile caches (Inductor's ``CustomPartitionerFn`` protocol)."""
         return hashlib.sha256(repr((_implementation_hash(), self.partitioner, sorted(self.extension_options.items()),
-                                    self.request.describe(), self.dump_dir, self.fallback)).encode()).hexdigest()
+                                    self.request.describe(), self.dump_dir, self.fallback,
+                                    ambient_config_key())).encode()).hexdigest()
 
-    def __call__(self, joint_module: fx.GraphModule, joint_inputs: Any = None, *, num_fwd_outputs: int,
-                 static_lifetime_input_indices: Sequence[int] | None = None, **_ignored: Any):
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """What ``inspect.signature`` reports: that of PyTorch's partitioner of the same name."""
+        return inspect.signature(_ARGUMENTS[self.partitioner])
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        # Exactly the parameters of PyTorch's partitioner of the same name: any other is a
+        # TypeError that names it, as Python's own. (compiler, mincut: accepted and
+        # ignored, as min_cut_rematerialization_partition in torch 2.13 does not read it;
+        # static_lifetime_input_nodes, default: default_partition hands it only to
+        # activation offloading and activation quantization, which fxremat refuses.)
+        joint_module, joint_inputs, kw = _ARGUMENTS[self.partitioner](*args, **kwargs)
+        num_fwd_outputs = kw["num_fwd_outputs"]
+        static_lifetime_input_indices = kw["static_lifetime_input_indices"]
         t0 = time.perf_counter()
         nodes = len(joint_module.graph.nodes)
+        # Note [Ambient functorch config]: read now; explicit options win.
+        options = self.extension_options
+        ambient = ambient_options(self.partitioner, self.options)
+        if ambient:
+            options = {**ambient, **options}
         try:
-            split = split_joint(joint_module, num_fwd_outputs, self.partitioner, self.extension_options,
+            split = split_joint(joint_module, num_fwd_outputs, self.partitioner, options,
                                 static_lifetime_input_indices, request=self.request)
         except UnsupportedGraphError as e:
             if not self.fallback:
@@ -926,7 +1111,7 @@ class FxrematPartitionFn:
                     f"fxremat cannot partition this joint graph: {e}. Pass options={{'fallback': True}} to the "
                     "backend (or fallback=True to fxremat.partition_fn) to use PyTorch's partitioner for such graphs"
                 ) from e
-            return self._fallback(joint_module, joint_inputs, num_fwd_outputs, static_lifetime_input_indices, str(e), t0, nodes)
+            return self._fallback(joint_module, joint_inputs, kw, str(e), t0, nodes)
         seconds = dict(split.seconds)
         where = None
         if self.dump_dir is not None:
@@ -940,14 +1125,45 @@ class FxrematPartitionFn:
             num_saved=len(split.signature["saved"]), seconds=seconds, signature=split.signature, dump_dir=where))
         return split.forward, split.backward
 
-    def _fallback(self, joint_module, joint_inputs, nfo, static, why, t0, nodes):
+    def _dropped_in_fallback(self, joint_module: fx.GraphModule) -> list[str]:
+        """What was asked of fxremat that PyTorch's partitioner will not do."""
+        r = self.request
+        dropped = []
+        if self.policy is not None:
+            text = self.policy if isinstance(self.policy, str) else repr(self.policy)
+            dropped.append(f"policy={text}")
+        if r.offload_target != "torch":
+            dropped.append(f"offload_target={r.offload_target!r}")
+        if r.barrier:
+            dropped.append("barrier=True")
+        if self.dump_dir is not None:
+            dropped.append(f"dump_dir={self.dump_dir!r} (nothing is dumped)")
+        # PyTorch keeps the naming ops (keep_annotations=True is what it does anyway) and
+        # does not offload what xla::offload_name marks.
+        counts = collections.Counter(_target_text(n.target) for n in joint_module.graph.nodes
+                                     if n.op == "call_function" and _target_text(n.target) in _ANNOTATION_OPS)
+        names = sum(v for k, v in counts.items() if k != "xla.offload_name.default")
+        if names and not r.keep_annotations:
+            dropped.append(f"keep_annotations=False ({names} naming op(s) stay in the graphs)")
+        if counts["xla.offload_name.default"]:
+            dropped.append(f"the offload requested by {counts['xla.offload_name.default']} xla::offload_name op(s)")
+        return dropped
+
+    def _fallback(self, joint_module, joint_inputs, kw, why, t0, nodes):
         import warnings
 
         from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
-        warnings.warn(f"fxremat: using PyTorch's {self.partitioner} partitioner for a graph fxremat cannot encode: {why}")
+        dropped = self._dropped_in_fallback(joint_module)
+        warnings.warn(f"fxremat: using PyTorch's {self.partitioner} partitioner for a graph fxremat cannot encode: "
+                      f"{why}" + (f"; this drops {', '.join(dropped)}" if dropped else ""))
         ref = min_cut_rematerialization_partition if self.partitioner == "mincut" else default_partition
-        fw, bw = ref(joint_module, joint_inputs, num_fwd_outputs=nfo, static_lifetime_input_indices=static)
+        nfo = kw["num_fwd_outputs"]
+        # PyTorch reads the ambient config itself; explicit min-cut options become config
+        # patches (max_flow, fxremat's choice of algorithm, does not change the cut).
+        patch = {k: _config_value(k, v) for k, v in self.extension_options.items() if k in _MINCUT_DEFAULTS}
+        with torch._functorch.config.patch(patch):
+            fw, bw = ref(joint_module, joint_inputs, **kw)
         saved = fw.graph.output_node().args[0][nfo:]
         nbytes = 0
         for n in saved:
@@ -969,11 +1185,24 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
 
     Use it as ``aot_autograd(fw_compiler=..., partition_fn=fxremat.partition_fn())`` or
     ``aot_function(f, fw_compiler, bw_compiler, partition_fn=fxremat.partition_fn())``.
-    The callable has AOTAutograd's signature ``(joint_module, joint_inputs, *,
-    num_fwd_outputs, static_lifetime_input_indices=None, **kw)`` and returns the forward
-    and backward ``fx.GraphModule`` under AOTAutograd's runtime contract (forward
-    outputs: user outputs, saved tensors, saved symints; backward inputs: saved
-    symints, saved tensors, tangents).
+    The callable takes exactly the parameters of PyTorch's partitioner of the same name:
+    ``(joint_module, _joint_inputs, compiler="inductor", *, num_fwd_outputs,
+    static_lifetime_input_indices=None)`` for ``"mincut"`` (``compiler`` is ignored, as
+    PyTorch ignores it), ``(joint_module, _joint_inputs, *, num_fwd_outputs,
+    static_lifetime_input_indices=None, static_lifetime_input_nodes=None)`` for
+    ``"default"``; any other argument is a ``TypeError`` that names it. It returns the
+    forward and backward ``fx.GraphModule`` under AOTAutograd's runtime contract
+    (forward outputs: user outputs, saved tensors, saved symints; backward inputs:
+    saved symints, saved tensors, tangents).
+
+    ``torch._functorch.config`` is honoured as PyTorch's partitioners honour it, read
+    when the callable is called (so ``torch._functorch.config.patch(...)`` around a
+    compile applies): with ``"mincut"``, the ambient values of the min-cut knobs
+    (:data:`MINCUT_OPTIONS`) are the defaults that ``options`` override. A knob fxremat
+    cannot honour (``activation_memory_budget`` other than 1.0 or 0.0, the memory-budget
+    solver's knobs, ``enable_activation_offloading``,
+    ``unsafe_allow_optimization_of_collectives``, ...) is a ``ValueError`` naming it
+    when set to another value than its default (Note [Ambient functorch config]).
 
     ``partitioner``: ``"mincut"`` (functorch's ``min_cut_rematerialization_partition``)
     or ``"default"`` (``default_partition``). ``options``: min-cut knobs under their
@@ -987,8 +1216,9 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     ``dump_dir``: write every
     partition's graphs, signature and residual report to a new directory under it.
     ``fallback``: for a joint graph the format cannot encode (higher-order operators,
-    opaque objects), use PyTorch's partitioner of the same name with a warning instead
-    of raising :class:`fxremat.UnsupportedGraphError`.
+    opaque objects), use PyTorch's partitioner of the same name (with the min-cut
+    ``options`` as config patches) and warn, naming what that drops (the policy, offload
+    settings, ``dump_dir``), instead of raising :class:`fxremat.UnsupportedGraphError`.
 
     The callable also has ``uuid()``, so the backend can hand it to Inductor as a
     ``CustomPartitionerFn``. Each call appends a :class:`PartitionRecord` (phase times,

@@ -49,6 +49,18 @@ min-cut options             ``torch._functorch.config`` names, passed to the C++
 ==========================  =============================================================
 
 Unknown option names are an error that lists the valid ones.
+
+``torch._functorch.config`` is honoured as PyTorch's partitioners honour it, with the
+values in force when the graph is compiled (set globally, or with
+``torch._functorch.config.patch(...)`` around the first call of the compiled model):
+the ambient values of the min-cut knobs are the defaults that the min-cut options above
+override (mincut only; ``default_partition`` reads none of them). A knob fxremat
+cannot honour, set to another value than its default -- ``activation_memory_budget``
+other than 1.0 or 0.0, ``activation_memory_budget_solver``,
+``activation_memory_budget_runtime_estimator``, ``visualize_memory_budget_pareto``,
+``enable_activation_offloading``, ``unsafe_allow_optimization_of_collectives``, ... --
+fails the compile with a ``ValueError`` that names it (Note [Ambient functorch config]
+in ``_partition_fn.py``).
 """
 
 from __future__ import annotations
@@ -123,6 +135,9 @@ def _inductor_partitioner_class() -> type:
                 self.fn = fn
 
             def __call__(self, gm, joint_inputs, **kwargs):
+                # Inductor passes compiler="inductor" to any custom partitioner;
+                # default_partition's signature has no such parameter (and
+                # min_cut_rematerialization_partition ignores it).
                 kwargs.pop("compiler", None)
                 return self.fn(gm, joint_inputs, **kwargs)
 
