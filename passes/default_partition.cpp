@@ -4,12 +4,15 @@
 // trace sets it.
 #include "passes/default_partition.h"
 
+#include "passes/protect_mutations.h"
+
 #include <algorithm>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "passes/cleanup_recompute_tags.h"
+#include "passes/protect_mutations.h"
 #include "src/partition_internal.h"
 
 namespace fxremat {
@@ -100,7 +103,9 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
       for (Node* u : backward_usages) add_unique(saved_syms, u);
       continue;
     }
-    if (!MustRecompute(*n)) add_unique(saved_values, n);
+    // Note [Mutated inputs]: a value that reads overwritten data is saved even
+    // when tagged for recompute (CheckMutationDemands refused MUST_RECOMPUTE).
+    if (!MustRecompute(*n) || !n->meta().reads_mutated.empty()) add_unique(saved_values, n);
   }
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(),
                                   [](Node* n) { return IsAssertOnlySymBool(*n); }),
@@ -111,6 +116,16 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
 
 Expected<Partition> DefaultPartition(const Graph& joint) {
   FXREMAT_ASSIGN_OR_RETURN(bool has_recomputable_ops, HasRecomputableOps(joint));
+  if (has_recomputable_ops && HasForwardMutations(joint)) {
+    // Only recompute tags can make the default partition recompute a value.
+    std::unique_ptr<Graph> marked = CloneGraph(joint);
+    FXREMAT_RETURN_IF_ERROR(ProtectMutations(*marked).status());
+    FXREMAT_RETURN_IF_ERROR(CheckMutationDemands(*marked));
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, CleanupRecomputeTags(*marked, /*is_default_partition=*/true));
+    (void)changed;
+    FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(*marked));
+    return ExtractPartition(*marked, saved, "default");
+  }
   if (!has_recomputable_ops) {
     FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(joint));
     return ExtractPartition(joint, saved, "default");

@@ -46,6 +46,7 @@
 #include "passes/cleanup_recompute_tags.h"
 #include "passes/cse.h"
 #include "passes/default_partition.h"
+#include "passes/protect_mutations.h"
 #include "src/partition_internal.h"
 
 namespace fxremat {
@@ -368,6 +369,11 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
     return;
   }
   const bool prefer_recompute = decision == Decision::kPreferRecompute;
+  // Note [Mutated inputs]: recomputed in the backward it would read overwritten data.
+  if (!node.meta().reads_mutated.empty())
+    BanRecomputationIfAllowed(node, fmt::format("reads '{}' before the forward overwrites it (Note [Mutated inputs])",
+                                                node.meta().reads_mutated),
+                              /*forced=*/true);
   if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input", /*forced=*/true);
   else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed", /*forced=*/true);
   if (prefer_recompute && IsRandomOp(node))
@@ -603,6 +609,25 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& op
     MinCutSolution s;
     s.saved_values = c.primals;
     s.saved_values.insert(s.saved_values.end(), c.fwd_rng.begin(), c.fwd_rng.end());
+    // Note [Mutated inputs]: a value that reads overwritten data is saved
+    // instead of recomputed, wherever the backward would recompute it.
+    std::vector<bool> seen(joint.size(), false), extra(joint.size(), false);
+    std::vector<const Node*> stack;
+    for (const auto& up : joint.nodes())
+      if (c.in_tangents_closure[up->index()] && !up->isOutput())
+        for (const Node* in : up->inputs()) stack.push_back(in);
+    for (Node* o : c.backward_outputs)
+      if (o) stack.push_back(o);
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (seen[n->index()] || c.in_tangents_closure[n->index()] || n->isPlaceholder()) continue;
+      seen[n->index()] = true;
+      if (!n->meta().reads_mutated.empty() && !n->val().is_sym()) { extra[n->index()] = true; continue; }
+      for (const Node* in : n->inputs()) stack.push_back(in);
+    }
+    for (const auto& up : joint.nodes())
+      if (extra[up->index()]) s.saved_values.push_back(up.get());
     return s;
   }
   NetworkBuilder builder(joint, c, options);
@@ -650,12 +675,15 @@ Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& opt
   // The reference mutates the joint graph (CSE, tags, forced saves); fxremat
   // works on a copy, made only when one of those steps has something to change.
   const bool has_duplicates = options.cse && !FindCommonSubexpressions(joint).empty();
+  const bool has_mutations = HasForwardMutations(joint);
   bool has_demands = options.policy.has_value();
   for (const auto& up : joint.nodes())
     has_demands = has_demands || !up->meta().recompute.empty() || up->meta().offload_requested;
-  if (!has_recomputable && !has_collectives && !has_duplicates && !has_demands) return PartitionPrepared(joint, options);
+  if (!has_recomputable && !has_collectives && !has_duplicates && !has_demands && !has_mutations)
+    return PartitionPrepared(joint, options);
   std::unique_ptr<Graph> g = CloneGraph(joint);
   if (has_duplicates) FXREMAT_RETURN_IF_ERROR(EliminateCommonSubexpressions(*g).status());
+  if (has_mutations) FXREMAT_RETURN_IF_ERROR(ProtectMutations(*g).status());
   if (has_recomputable) FXREMAT_RETURN_IF_ERROR(CleanupRecomputeTags(*g, /*is_default_partition=*/false).status());
   // Collectives are saved, never recomputed (unless a checkpoint region says so).
   for (const auto& up : g->nodes())
@@ -664,6 +692,7 @@ Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& opt
   // Policy, tags and annotations become one decision per value.
   if (has_demands)
     FXREMAT_RETURN_IF_ERROR(ApplyPolicy(*g, options.policy ? &*options.policy : nullptr).status());
+  if (has_mutations) FXREMAT_RETURN_IF_ERROR(CheckMutationDemands(*g));
   return PartitionPrepared(*g, options);
 }
 

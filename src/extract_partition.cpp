@@ -154,6 +154,9 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
     copy->meta() = n.meta();
     env[n.index()] = copy;
     if (const OpInfo* info = n.opInfo()) g->ops().emplace(info->target, *info);
+    // A constant goes with every graph that reads it (the reference copies get_attr nodes into both).
+    if (n.op() == OpKind::kGetAttr)
+      if (auto it = joint.constants().find(n.target()); it != joint.constants().end()) g->constants().insert(*it);
   }
   std::vector<Argument> values;
   for (Node* o : outputs) values.push_back(o ? Argument::NodeRef(env[o->index()]) : Argument::None());
@@ -222,6 +225,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
     e.path = c.primals[i]->path();
     e.gradient_index = static_cast<int64_t>(i);
     e.has_gradient = c.backward_outputs[i] != nullptr;
+    e.written_back_from = c.primals[i]->meta().written_back_from;
     sig.primals.push_back(std::move(e));
   }
   for (size_t i = 0; i < c.forward_outputs.size(); ++i) {

@@ -346,6 +346,12 @@ Status VerifyGraph(const Graph& graph) {
     if ((n.isPlaceholder() || n.isCallFunction()) &&
         n.val().kind == ValueFacts::Kind::kUnknown)
       return Status::BadInput("missing value facts (meta.val)", where);
+    if (n.op() == OpKind::kGetAttr) {
+      auto it = graph.constants().find(n.target());
+      if (it == graph.constants().end())
+        return Status::BadInput(fmt::format("get_attr of '{}', which \"constants\" does not hold", n.target()), where);
+      if (!n.args().empty() || !n.kwargs().empty()) return Status::BadInput("a get_attr node takes no arguments", where);
+    }
     if (n.isOutput() && (n.args().size() != 1 || n.args()[0].kind != Argument::Kind::kList))
       return Status::BadInput("the output node must have one argument, a list of values", where);
   }
@@ -377,6 +383,16 @@ Status VerifyGraph(const Graph& graph) {
       return Status::BadInput(fmt::format("{} tangent_outputs entries for {} tangents",
                                           joint.tangent_outputs.size(), tangents),
                               "joint.tangent_outputs");
+    for (Node* p : graph.placeholders()) {
+      const std::optional<int64_t>& from = p->meta().written_back_from;
+      if (!from) continue;
+      if (!p->meta().mutated || p->role() != PlaceholderRole::kPrimal)
+        return Status::BadInput("written_back_from is only for a mutated primal", fmt::format("node '{}'", p->name()));
+      if (*from < 0 || *from >= joint.num_fwd_outputs)
+        return Status::BadInput(fmt::format("written back from forward output {}, out of range of {} forward outputs",
+                                            *from, joint.num_fwd_outputs),
+                                fmt::format("node '{}'", p->name()));
+    }
     for (size_t i = 0; i < joint.tangent_outputs.size(); ++i) {
       int64_t o = joint.tangent_outputs[i];
       if (o < 0 || o >= joint.num_fwd_outputs)
@@ -399,6 +415,7 @@ std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
   copy->joint() = graph.joint();
   copy->symbols() = graph.symbols();
   copy->ops() = graph.ops();
+  copy->constants() = graph.constants();  // the data is shared, never copied
   for (const auto& up : graph.nodes()) {
     const Node& n = *up;
     auto in_copy = [&copy](Node* original) { return copy->findNode(original->name()); };

@@ -3,7 +3,9 @@
 // text in between.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -13,8 +15,13 @@
 
 namespace fxremat {
 
-Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc);
+struct SafetensorsEntry;
+// sidecar_dir: where sidecar files named by "constants" are (empty: none may be).
+Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc, const std::string& sidecar_dir = "");
 nlohmann::ordered_json GraphToJsonDocument(const Graph& graph);
+// Large constants go to `sidecar` (named `sidecar_name` in the document) when given.
+nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string& sidecar_name,
+                                           std::map<std::string, SafetensorsEntry>* sidecar);
 nlohmann::ordered_json SignatureToJsonDocument(const Signature& signature);
 
 }  // namespace fxremat

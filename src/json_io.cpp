@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -17,6 +18,7 @@
 
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
+#include "src/constants_io.h"
 #include "src/json_internal.h"
 
 namespace fxremat {
@@ -47,6 +49,15 @@ class GraphReader {
   Expected<ValueFacts> ReadValueFacts(const json& j, const std::string& path);
   Expected<Dim> ReadDim(const json& j, const std::string& path);
   Status ReadMeta(const json& j, const std::string& path, Node* node);
+  Status ReadConstants(const json& constants);
+  Expected<const SafetensorsEntry*> SidecarEntry(const std::string& file, const std::string& key,
+                                                 const std::string& path);
+
+ public:
+  std::string sidecar_dir_;  // where sidecar files are; empty: none may be referenced
+
+ private:
+  std::map<std::string, std::map<std::string, SafetensorsEntry>> sidecars_;
   Status InferRolesAndTangents();
 
   std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
@@ -398,6 +409,15 @@ Status GraphReader::ReadMeta(const json& j, const std::string& path, Node* node)
     if (!j["offload_requested"].is_boolean()) return Fail(path + "/offload_requested", "expected a boolean");
     meta.offload_requested = j["offload_requested"].get<bool>();
   }
+  if (j.contains("mutated") && !j["mutated"].is_null()) {
+    if (!j["mutated"].is_boolean()) return Fail(path + "/mutated", "expected a boolean");
+    meta.mutated = j["mutated"].get<bool>();
+  }
+  if (j.contains("written_back_from") && !j["written_back_from"].is_null()) {
+    if (!j["written_back_from"].is_number_integer() || j["written_back_from"].get<int64_t>() < 0)
+      return Fail(path + "/written_back_from", "expected a forward output index");
+    meta.written_back_from = j["written_back_from"].get<int64_t>();
+  }
   if (j.contains("value_range") && !j["value_range"].is_null()) {
     const json& r = j["value_range"];
     if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
@@ -497,9 +517,89 @@ Status GraphReader::InferRolesAndTangents() {
   return Status::Ok();
 }
 
+Expected<const SafetensorsEntry*> GraphReader::SidecarEntry(const std::string& file, const std::string& key,
+                                                            const std::string& path) {
+  if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "." ||
+      file == "..")
+    return Fail(path + "/file", fmt::format("'{}' is not a file name beside the graph", file));
+  if (sidecar_dir_.empty())
+    return Fail(path + "/file", fmt::format("the constant is in the sidecar file '{}', but the document was not "
+                                            "read from a file (load it by its path)", file));
+  auto it = sidecars_.find(file);
+  if (it == sidecars_.end()) {
+    const std::string full = (std::filesystem::path(sidecar_dir_) / file).string();
+    Expected<std::string> contents = ReadFileContents(full);
+    if (!contents.ok())
+      return Fail(path + "/file", fmt::format("cannot read the constants file '{}': {}", file, contents.status().ToString()));
+    FXREMAT_ASSIGN_OR_RETURN(auto entries, ParseSafetensors(*contents, full));
+    it = sidecars_.emplace(file, std::move(entries)).first;
+  }
+  auto e = it->second.find(key);
+  if (e == it->second.end()) return Fail(path + "/key", fmt::format("the sidecar file '{}' has no tensor '{}'", file, key));
+  return &e->second;
+}
+
+Status GraphReader::ReadConstants(const json& constants) {
+  if (!constants.is_object()) return Fail("/constants", "expected an object");
+  for (const auto& [target, j] : constants.items()) {
+    const std::string path = "/constants/" + target;
+    if (!j.is_object()) return Fail(path, "expected an object");
+    Constant c;
+    if (j.contains("opaque")) {
+      if (!j["opaque"].is_string()) return Fail(path + "/opaque", "expected the object's type name");
+      c.kind = Constant::Kind::kOpaque;
+      c.type_name = j["opaque"].get<std::string>();
+      graph_->constants().emplace(target, std::move(c));
+      continue;
+    }
+    if (!j.contains("val")) return Fail(path, "missing \"val\" (the tensor's facts)");
+    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(j["val"], path + "/val"));
+    if (!v.is_tensor()) return Fail(path + "/val", "a constant's facts must be a tensor's");
+    int64_t expected = DTypeItemSize(v.tensor.dtype);
+    for (size_t i = 0; i < v.tensor.shape.size(); ++i) {
+      const Dim& d = v.tensor.shape[i];
+      if (!d.is_static()) return Fail(fmt::format("{}/val/shape/{}", path, i), "a constant's shape is static");
+      if (d.hint < 0) return Fail(fmt::format("{}/val/shape/{}", path, i), "negative dimension");
+      if (d.hint != 0 && expected > std::numeric_limits<int64_t>::max() / d.hint)
+        return Fail(path + "/val/shape", "the tensor's size overflows 64 bits");
+      expected *= d.hint;
+    }
+    c.facts = v.tensor;
+    const int present = j.contains("data") + j.contains("file") + (j.contains("by_reference") ? 1 : 0);
+    if (present != 1) return Fail(path, "expected exactly one of \"data\", \"file\" or \"by_reference\"");
+    if (j.contains("data")) {
+      if (!j["data"].is_string()) return Fail(path + "/data", "expected base64 text");
+      FXREMAT_ASSIGN_OR_RETURN(std::string bytes, Base64Decode(j["data"].get<std::string>(), path + "/data"));
+      if (static_cast<int64_t>(bytes.size()) != expected)
+        return Fail(path + "/data", fmt::format("{} bytes of data for a tensor of {} bytes", bytes.size(), expected));
+      c.data = std::make_shared<const std::string>(std::move(bytes));
+    } else if (j.contains("file")) {
+      if (!j["file"].is_string()) return Fail(path + "/file", "expected a file name");
+      std::string key = target;
+      if (j.contains("key")) {
+        if (!j["key"].is_string()) return Fail(path + "/key", "expected a string");
+        key = j["key"].get<std::string>();
+      }
+      FXREMAT_ASSIGN_OR_RETURN(const SafetensorsEntry* e, SidecarEntry(j["file"].get<std::string>(), key, path));
+      if (e->dtype != SafetensorsDType(c.facts.dtype))
+        return Fail(path + "/file", fmt::format("the sidecar holds {} data for a {} tensor", e->dtype,
+                                                DTypeName(c.facts.dtype)));
+      if (static_cast<int64_t>(e->data.size()) != expected)
+        return Fail(path + "/file", fmt::format("the sidecar holds {} bytes for a tensor of {} bytes", e->data.size(),
+                                                expected));
+      c.data = std::make_shared<const std::string>(e->data);
+    } else if (!j["by_reference"].is_boolean() || !j["by_reference"].get<bool>()) {
+      return Fail(path + "/by_reference", "expected true");
+    }
+    graph_->constants().emplace(target, std::move(c));
+  }
+  return Status::Ok();
+}
+
 Expected<std::unique_ptr<Graph>> GraphReader::Read(const json& doc) {
   FXREMAT_RETURN_IF_ERROR(ReadHeader(doc));
   if (doc.contains("ops")) FXREMAT_RETURN_IF_ERROR(ReadOps(doc["ops"]));
+  if (doc.contains("constants")) FXREMAT_RETURN_IF_ERROR(ReadConstants(doc["constants"]));
   if (!doc.contains("nodes") || !doc["nodes"].is_array()) return Fail("/nodes", "missing the node list");
   const json& nodes = doc["nodes"];
   FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));
@@ -582,7 +682,9 @@ ojson ArgumentToJson(const Argument& a) {
 
 }  // namespace
 
-Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) {
+Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) { return GraphFromJson(text, ""); }
+
+Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std::string& sidecar_dir) {
   json doc;
   try {
     doc = json::parse(text.begin(), text.end());
@@ -592,12 +694,13 @@ Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) {
     if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
     return Status::BadInput(fmt::format("malformed JSON: {}", what));
   }
-  return GraphFromJsonDocument(doc);
+  return GraphFromJsonDocument(doc, sidecar_dir);
 }
 
-Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc) {
+Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc, const std::string& sidecar_dir) {
   try {
     GraphReader reader;
+    reader.sidecar_dir_ = sidecar_dir;
     return reader.Read(doc);
   } catch (const json::exception& e) {
     return Status::BadInput(fmt::format("malformed graph document: {}", e.what()));
@@ -606,7 +709,36 @@ Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc
 
 std::string GraphToJson(const Graph& graph) { return GraphToJsonDocument(graph).dump(1) + "\n"; }
 
-nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) {
+GraphFiles GraphToJsonFiles(const Graph& graph, const std::string& sidecar_name) {
+  std::map<std::string, SafetensorsEntry> sidecar;
+  GraphFiles files;
+  files.json = GraphToJsonDocument(graph, sidecar_name, &sidecar).dump(1) + "\n";
+  if (!sidecar.empty()) files.sidecar = WriteSafetensors(sidecar);
+  return files;
+}
+
+std::string SidecarNameFor(const std::string& graph_path) {
+  std::string name = std::filesystem::path(graph_path).filename().string();
+  for (std::string_view ext : {".gz", ".json", ".fxir"})
+    if (name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0)
+      name.resize(name.size() - ext.size());
+  return name + ".constants.safetensors";
+}
+
+Status WriteGraphFile(const std::string& path, const Graph& graph) {
+  const std::string sidecar_name = SidecarNameFor(path);
+  GraphFiles files = GraphToJsonFiles(graph, sidecar_name);
+  if (!files.sidecar.empty()) {
+    const std::string sidecar_path = (std::filesystem::path(path).parent_path() / sidecar_name).string();
+    FXREMAT_RETURN_IF_ERROR(WriteFileAtomically(sidecar_path, files.sidecar));
+  }
+  return WriteFileAtomically(path, files.json);
+}
+
+nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) { return GraphToJsonDocument(graph, "", nullptr); }
+
+nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string& sidecar_name,
+                                           std::map<std::string, SafetensorsEntry>* sidecar) {
   ojson doc;
   doc["format"] = "fxremat.graph";
   doc["version"] = {kFormatMajorVersion, kFormatMinorVersion};
@@ -637,6 +769,33 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) {
     ops[target] = facts;
   }
   doc["ops"] = ops;
+  if (!graph.constants().empty()) {
+    ojson constants = ojson::object();
+    for (const auto& [target, c] : graph.constants()) {
+      ojson j;
+      if (c.kind == Constant::Kind::kOpaque) {
+        j["opaque"] = c.type_name;
+      } else {
+        ValueFacts v;
+        v.kind = ValueFacts::Kind::kTensor;
+        v.tensor = c.facts;
+        j["val"] = ValueFactsToJson(v);
+        if (!c.hasData()) {
+          j["by_reference"] = true;
+        } else if (sidecar && !sidecar_name.empty() && static_cast<int64_t>(c.data->size()) > kInlineConstantBytes) {
+          j["file"] = sidecar_name;
+          j["key"] = target;
+          std::vector<int64_t> shape;
+          for (const Dim& d : c.facts.shape) shape.push_back(d.hint);
+          (*sidecar)[target] = SafetensorsEntry{std::string(SafetensorsDType(c.facts.dtype)), shape, *c.data};
+        } else {
+          j["data"] = Base64Encode(*c.data);
+        }
+      }
+      constants[target] = std::move(j);
+    }
+    doc["constants"] = std::move(constants);
+  }
   ojson nodes = ojson::array();
   for (const auto& up : graph.nodes()) {
     const Node& n = *up;
@@ -668,6 +827,8 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) {
     if (m.value_range) meta["value_range"] = {m.value_range->first, m.value_range->second};
     if (!m.names.empty()) meta["names"] = m.names;
     if (m.offload_requested) meta["offload_requested"] = true;
+    if (m.mutated) meta["mutated"] = true;
+    if (m.written_back_from) meta["written_back_from"] = *m.written_back_from;
     if (!meta.empty()) j["meta"] = meta;
     nodes.push_back(std::move(j));
   }
@@ -742,7 +903,8 @@ Expected<std::unique_ptr<Graph>> LoadGraphFile(const std::string& path) {
   bool is_text = path.size() >= 5 && path.compare(path.size() - 5, 5, ".fxir") == 0;
   if (first != std::string::npos && (contents[first] == '#' || contents[first] == 'd')) is_text = true;
   if (first == std::string::npos) return Status::BadInput("empty file", path);
-  auto graph = is_text ? ParseGraph(contents) : GraphFromJson(contents);
+  auto graph = is_text ? ParseGraph(contents)
+                       : GraphFromJson(contents, std::filesystem::absolute(path).parent_path().string());
   if (!graph.ok()) return graph.status().WithContext(path);
   return graph;
 }

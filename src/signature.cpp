@@ -171,10 +171,13 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
   j["backward"] = {{"num_inputs", sig.backward_num_inputs}, {"num_outputs", sig.backward_num_outputs}};
   j["num_fwd_outputs"] = sig.num_fwd_outputs;
   ojson primals = ojson::array();
-  for (const PrimalEntry& p : sig.primals)
-    primals.push_back({{"name", p.name}, {"forward_input_index", p.forward_input_index},
-                       {"path", p.path.empty() ? ojson(nullptr) : ojson(p.path)},
-                       {"gradient_index", p.gradient_index}, {"has_gradient", p.has_gradient}});
+  for (const PrimalEntry& p : sig.primals) {
+    ojson e = {{"name", p.name}, {"forward_input_index", p.forward_input_index},
+               {"path", p.path.empty() ? ojson(nullptr) : ojson(p.path)},
+               {"gradient_index", p.gradient_index}, {"has_gradient", p.has_gradient}};
+    if (p.written_back_from) e["written_back_from"] = *p.written_back_from;
+    primals.push_back(std::move(e));
+  }
   j["primals"] = primals;
   ojson outputs = ojson::array();
   for (const ForwardOutputEntry& o : sig.forward_outputs)
@@ -256,6 +259,8 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
       if (p.contains("path") && p["path"].is_string()) e.path = p["path"].get<std::string>();
       e.gradient_index = p.at("gradient_index").get<int64_t>();
       e.has_gradient = p.at("has_gradient").get<bool>();
+      if (p.contains("written_back_from") && !p["written_back_from"].is_null())
+        e.written_back_from = p["written_back_from"].get<int64_t>();
       sig.primals.push_back(std::move(e));
     }
     for (const json& o : j.at("forward_outputs")) {

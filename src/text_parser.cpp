@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/text.h"
+#include "src/constants_io.h"
 #include "text_common.h"
 
 namespace fxremat {
@@ -349,9 +350,15 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
       meta.offload_requested = true;
       continue;
     }
+    if (key == "mutated") {  // a flag, no value
+      meta.mutated = true;
+      continue;
+    }
     FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
     if (key == "tag") { FXREMAT_ASSIGN_OR_RETURN(meta.partitioner_tag, lex.ExpectIdent()); }
     else if (key == "recompute") { FXREMAT_ASSIGN_OR_RETURN(meta.recompute, lex.ExpectIdent()); }
+    else if (key == "written_back_from") { FXREMAT_ASSIGN_OR_RETURN(int64_t k, lex.ExpectInt()); meta.written_back_from = k; }
+    else if (key == "reads_mutated") { FXREMAT_ASSIGN_OR_RETURN(meta.reads_mutated, lex.ExpectIdent()); }
     else if (key == "ac_graph_id") { FXREMAT_ASSIGN_OR_RETURN(int64_t id, lex.ExpectInt()); meta.ac_graph_id = id; }
     else if (key == "stack") { FXREMAT_ASSIGN_OR_RETURN(meta.stack_trace, lex.ExpectString()); }
     else if (key == "names") {
@@ -431,6 +438,40 @@ Status Parser::ParseHeaderLine(Lexer& lex) {
     FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
     FXREMAT_ASSIGN_OR_RETURN(int64_t hint, lex.ExpectInt());
     graph_->symbols()[sym] = hint;
+    return Status::Ok();
+  }
+  if (word == "constant") {
+    FXREMAT_ASSIGN_OR_RETURN(std::string target, lex.ExpectIdent());
+    if (graph_->constants().count(target)) return lex.Error(col, fmt::format("constant '{}' given twice", target));
+    Constant c;
+    if (lex.peek().kind == Tok::kIdent && lex.peek().text == "opaque") {
+      FXREMAT_RETURN_IF_ERROR(lex.Advance());
+      FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+      c.kind = Constant::Kind::kOpaque;
+      FXREMAT_ASSIGN_OR_RETURN(c.type_name, lex.ExpectString());
+    } else {
+      size_t facts_col = lex.peek().col;
+      FXREMAT_ASSIGN_OR_RETURN(std::string annotation, lex.ExpectString());
+      FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ParseFacts(lex, annotation, facts_col));
+      if (!v.is_tensor()) return lex.Error(facts_col, "a constant's facts must be a tensor's");
+      c.facts = v.tensor;
+      size_t data_col = lex.peek().col;
+      FXREMAT_ASSIGN_OR_RETURN(std::string key, lex.ExpectIdent());
+      if (key == "data") {
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
+        FXREMAT_ASSIGN_OR_RETURN(std::string text, lex.ExpectString());
+        auto bytes = Base64Decode(text, "");
+        if (!bytes.ok()) return lex.Error(data_col, bytes.status().message());
+        int64_t expected = DTypeItemSize(c.facts.dtype);
+        for (const Dim& d : c.facts.shape) expected *= d.hint;
+        if (static_cast<int64_t>(bytes->size()) != expected)
+          return lex.Error(data_col, fmt::format("{} bytes of data for a tensor of {} bytes", bytes->size(), expected));
+        c.data = std::make_shared<const std::string>(std::move(bytes).value());
+      } else if (key != "by_reference") {
+        return lex.Error(data_col, "expected data='BASE64' or by_reference");
+      }
+    }
+    graph_->constants().emplace(target, std::move(c));
     return Status::Ok();
   }
   if (word == "op") {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/text.h"
+#include "src/constants_io.h"
 #include "text_common.h"
 
 namespace fxremat {
@@ -106,6 +107,9 @@ std::string FormatMeta(const NodeMeta& m) {
     parts.push_back(fmt::format("names=[{}]", fmt::join(quoted, ", ")));
   }
   if (m.offload_requested) parts.push_back("offload_requested");
+  if (m.mutated) parts.push_back("mutated");
+  if (m.written_back_from) parts.push_back(fmt::format("written_back_from={}", *m.written_back_from));
+  if (!m.reads_mutated.empty()) parts.push_back("reads_mutated=" + m.reads_mutated);
   if (!m.stack_trace.empty()) parts.push_back("stack=" + text_form::QuotePython(m.stack_trace));
   return fmt::format("{}", fmt::join(parts, " "));
 }
@@ -149,6 +153,17 @@ std::string PrintGraph(const Graph& graph) {
     out += fmt::format("# op {} {} [{}]", target, text_form::QuotePython(info.schema_text), fmt::join(tags, ", "));
     if (!info.packet_tags.empty()) out += fmt::format(" packet=[{}]", fmt::join(info.packet_tags, ", "));
     out += "\n";
+  }
+  for (const auto& [target, c] : graph.constants()) {
+    if (c.kind == Constant::Kind::kOpaque) {
+      out += fmt::format("# constant {} opaque={}\n", target, text_form::QuotePython(c.type_name));
+      continue;
+    }
+    ValueFacts v;
+    v.kind = ValueFacts::Kind::kTensor;
+    v.tensor = c.facts;
+    out += fmt::format("# constant {} \"{}\" {}\n", target, FormatFacts(v, &graph),
+                       c.hasData() ? "data=" + text_form::QuotePython(Base64Encode(*c.data)) : "by_reference");
   }
   std::vector<std::string> params;
   for (Node* p : graph.placeholders()) {

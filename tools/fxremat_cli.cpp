@@ -154,7 +154,7 @@ int RunPrint(const std::string& path, const std::string& output) {
     return kExitOk;
   }
   const bool as_text = output.size() >= 5 && output.compare(output.size() - 5, 5, ".fxir") == 0;
-  Status st = WriteFileAtomically(output, as_text ? PrintGraph(**graph) : GraphToJson(**graph));
+  Status st = as_text ? WriteFileAtomically(output, PrintGraph(**graph)) : WriteGraphFile(output, **graph);
   return st.ok() ? kExitOk : Fail(st);
 }
 
@@ -244,9 +244,15 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
   if (!partition.ok()) return Fail(partition.status());
   const Partition& p = *partition;
   if (!out_dir.empty()) {
-    Status st = WriteAllOrNothing(out_dir, {{"forward.json", GraphToJson(*p.forward)},
-                                            {"backward.json", GraphToJson(*p.backward)},
-                                            {"signature.json", SignatureToJson(p.signature)}});
+    // Constants over 64 KiB go to a safetensors file beside each graph (docs/format.md).
+    GraphFiles fw = GraphToJsonFiles(*p.forward, SidecarNameFor("forward.json"));
+    GraphFiles bw = GraphToJsonFiles(*p.backward, SidecarNameFor("backward.json"));
+    std::vector<std::pair<std::string, std::string>> files = {{"forward.json", std::move(fw.json)},
+                                                              {"backward.json", std::move(bw.json)},
+                                                              {"signature.json", SignatureToJson(p.signature)}};
+    if (!fw.sidecar.empty()) files.emplace_back(SidecarNameFor("forward.json"), std::move(fw.sidecar));
+    if (!bw.sidecar.empty()) files.emplace_back(SidecarNameFor("backward.json"), std::move(bw.sidecar));
+    Status st = WriteAllOrNothing(out_dir, files);
     if (!st.ok()) return Fail(st);
   }
   if (print == "code") {
@@ -271,7 +277,8 @@ int RunResiduals(const std::string& path, const PartitionFlags& flags) {
   return kExitOk;
 }
 
-int RunVerify(const std::string& path, const std::string& dir, uint64_t seed, double tolerance_scale) {
+int RunVerify(const std::string& path, const std::string& dir, uint64_t seed, double tolerance_scale,
+              const std::string& inputs_file) {
   auto joint = LoadForWork(path);
   if (!joint.ok()) return Fail(joint.status());
   auto forward = LoadForWork((fs::path(dir) / "forward.json").string());
@@ -291,6 +298,7 @@ int RunVerify(const std::string& path, const std::string& dir, uint64_t seed, do
   VerifyOptions options;
   options.seed = seed;
   options.tolerance_scale = tolerance_scale;
+  options.inputs_file = inputs_file;
   auto plugin = TorchPlugin::Get();
   if (!plugin.ok()) return Fail(plugin.status());
   Status status;
@@ -315,6 +323,7 @@ int main(int argc, char** argv) {
   std::string graph_path, out_dir, print, output;
   uint64_t seed = 0;
   double tolerance_scale = 1.0;
+  std::string inputs_file;
 
   auto* inspect = app.add_subcommand("inspect", "Node and op counts, forward/backward classification, activation bytes");
   inspect->add_option("graph", graph_path, "Graph file (.json, .json.gz or .fxir)")->required();
@@ -340,6 +349,9 @@ int main(int argc, char** argv) {
   verify->add_option("partition_dir", out_dir, "Directory written by `fxremat partition -o`")->required();
   verify->add_option("--seed", seed, "Seed for the random inputs")->capture_default_str();
   verify->add_option("--tolerance-scale", tolerance_scale, "Multiply the dtype tolerances")->capture_default_str();
+  verify->add_option("--inputs", inputs_file,
+                     "Real inputs: a .safetensors file or a dict saved with torch.save, keyed by placeholder name "
+                     "(primals_1, tangents_1) or input path (args[0]); the others are drawn at random");
 
   try {
     app.parse(argc, argv);
@@ -358,7 +370,7 @@ int main(int argc, char** argv) {
     if (print_cmd->parsed()) return RunPrint(graph_path, output);
     if (partition->parsed()) return RunPartitionCommand(graph_path, flags, out_dir, print);
     if (residuals->parsed()) return RunResiduals(graph_path, flags);
-    if (verify->parsed()) return RunVerify(graph_path, out_dir, seed, tolerance_scale);
+    if (verify->parsed()) return RunVerify(graph_path, out_dir, seed, tolerance_scale, inputs_file);
   } catch (const std::exception& e) {
     // The library reports errors as Status; anything thrown is a bug, but the
     // user still gets one line and a non-crash exit.

@@ -87,6 +87,26 @@ struct ValueFacts {
   bool operator==(const ValueFacts&) const = default;
 };
 
+// What a get_attr node reads: a tensor constant of the traced module
+// (`_tensor_constant0`, a non-persistent buffer), or in process an object of
+// another type carried by reference. Note [Constants] in docs/format.md terms:
+// format key "constants", keyed by attribute path.
+struct Constant {
+  enum class Kind : uint8_t { kTensor, kOpaque };
+  Kind kind = Kind::kTensor;
+  TensorFacts facts;      // kTensor: dtype, shape, stride, device of the attribute
+  std::string type_name;  // kOpaque: the Python type, for messages
+  // kTensor: the elements, little-endian, contiguous in row-major order of the
+  // shape. Null when the caller keeps the tensor (in process, by reference):
+  // partitioning never reads the data, only `verify` and the writers do.
+  std::shared_ptr<const std::string> data;
+  bool hasData() const { return data != nullptr; }
+  bool operator==(const Constant& o) const {
+    return kind == o.kind && facts == o.facts && type_name == o.type_name && hasData() == o.hasData() &&
+           (!hasData() || *data == *o.data);
+  }
+};
+
 // ---------------------------------------------------------------------------
 // Arguments
 // ---------------------------------------------------------------------------
@@ -161,6 +181,17 @@ struct NodeMeta {
   // and whether one of them was xla::offload_name (an offload request).
   std::vector<std::string> names;
   bool offload_requested = false;
+  // Placeholders: the program mutates this input (AOTAutograd writes the new
+  // value back after the forward, or a copy_ in the graph does). Format key
+  // `mutated`; Note [Mutated inputs] in passes/protect_mutations.h.
+  bool mutated = false;
+  // With `mutated`: the forward output whose value AOTAutograd writes into this
+  // input after the forward (format key `written_back_from`), when known.
+  std::optional<int64_t> written_back_from;
+  // Set by ProtectMutations on a forward value that reads a value the forward
+  // mutates (the name of that value): it is never recomputed in the backward,
+  // where it would read the mutated data. Derived, not stored in the format.
+  std::string reads_mutated;
   bool operator==(const NodeMeta&) const = default;
 };
 
@@ -261,6 +292,9 @@ class Graph {
   const std::map<std::string, int64_t>& symbols() const { return symbols_; }
   OpTable& ops() { return ops_; }
   const OpTable& ops() const { return ops_; }
+  // The values get_attr nodes read, by attribute path (their target).
+  std::map<std::string, Constant>& constants() { return constants_; }
+  const std::map<std::string, Constant>& constants() const { return constants_; }
 
   // Nodes in graph order.
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
@@ -321,6 +355,7 @@ class Graph {
   JointFacts joint_;
   std::map<std::string, int64_t> symbols_;
   OpTable ops_;
+  std::map<std::string, Constant> constants_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unordered_map<std::string, Node*> by_name_;
 };

@@ -63,6 +63,9 @@ struct PrimalEntry {
   std::string path;              // pytree path, may be empty
   int64_t gradient_index = -1;   // backward output index
   bool has_gradient = false;     // false where the joint graph returns None
+  // The forward output the caller writes into this input after the forward
+  // (AOTAutograd's input-mutation epilogue; Note [Mutated inputs]), if any.
+  std::optional<int64_t> written_back_from;
 };
 
 struct ForwardOutputEntry {

@@ -12,14 +12,30 @@
 namespace fxremat {
 
 inline constexpr int kFormatMajorVersion = 1;
-inline constexpr int kFormatMinorVersion = 1;
+inline constexpr int kFormatMinorVersion = 2;
 
 // Parses a graph document. Every error names its JSON path ("/nodes/3/args/0")
 // or node. The result passes VerifyGraph.
 Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text);
+// As above; constants the document keeps in a sidecar file are read from
+// `sidecar_dir` (docs/format.md, "constants").
+Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std::string& sidecar_dir);
 
-// Serializes a graph; deterministic (same graph → byte-identical text).
+// Serializes a graph; deterministic (same graph → byte-identical text). Every
+// constant's data is inline.
 std::string GraphToJson(const Graph& graph);
+
+// A graph's document and the safetensors sidecar for constants over 64 KiB
+// (empty when there are none), which the document names `sidecar_name`.
+struct GraphFiles {
+  std::string json;
+  std::string sidecar;
+};
+GraphFiles GraphToJsonFiles(const Graph& graph, const std::string& sidecar_name);
+// "dir/model.json.gz" -> "model.constants.safetensors".
+std::string SidecarNameFor(const std::string& graph_path);
+// Writes the document (gzip for ".gz") and its sidecar beside it, each atomically.
+Status WriteGraphFile(const std::string& path, const Graph& graph);
 
 // Reads a whole file; gzip-compressed files are decompressed transparently.
 Expected<std::string> ReadFileContents(const std::string& path);

@@ -505,6 +505,9 @@ def _build_joint(state: dict, inputs: _Inputs, user_out: Any, name: str | None) 
     new_primals = sorted(primals, key=lambda n: order[primal_path[n]])
     new_tangents = sorted(tangents, key=lambda n: tangent_of[n])
 
+    from ._format import mutated_inputs
+
+    mutated = mutated_inputs(graph)
     g = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
 
@@ -514,6 +517,10 @@ def _build_joint(state: dict, inputs: _Inputs, user_out: Any, name: str | None) 
             raise ExportError(f"internal error: placeholder name {new_name} taken")
         nn_.meta = {k: v for k, v in old.meta.items() if k != "desc"}
         nn_.meta["fxremat_role"] = role
+        if old in mutated:
+            nn_.meta["fxremat_mutated"] = True
+            if mutated[old] is not None:
+                nn_.meta["fxremat_written_back_from"] = new_fwd_index[mutated[old]]
         env[old] = nn_
         return nn_
 

@@ -7,6 +7,7 @@ nodes, names, targets and arguments, and with ``meta["val"]`` rebuilt as fake te
 
 from __future__ import annotations
 
+import base64
 import gzip
 import importlib
 import io
@@ -22,7 +23,10 @@ import torch.fx as fx
 from ._errors import FormatError, UnsupportedGraphError
 
 FORMAT_NAME = "fxremat.graph"
-VERSION = (1, 1)  # written; a reader accepts any 1.x
+VERSION = (1, 2)  # written; a reader accepts any 1.x
+# Tensor constants up to this many bytes are written inline; larger ones go to the
+# safetensors sidecar when the writer has a file (docs/format.md, "constants").
+INLINE_CONSTANT_BYTES = 64 * 1024
 KINDS = ("joint", "forward", "backward", "plain")
 ROLES = ("primal", "tangent", "fwd_rng", "bwd_rng", "saved", "input")
 NODE_OPS = ("placeholder", "call_function", "get_attr", "output")
@@ -342,6 +346,31 @@ def _infer_tangent_outputs(graph: fx.Graph, num_fwd_outputs: int) -> list[int] |
     return result
 
 
+def mutated_inputs(graph: fx.Graph) -> dict[fx.Node, int | None]:
+    """The placeholders the program mutates (Note [Mutated inputs] in
+    passes/protect_mutations.h), each with the forward output AOTAutograd writes back
+    into it after the forward (None when unknown). AOTAutograd's
+    ``InputMutationAOTOutput`` descriptors name them; a loaded or exported graph marks
+    them ``meta["fxremat_mutated"]`` / ``meta["fxremat_written_back_from"]``."""
+    phs = _placeholders(graph)
+    out: dict[fx.Node, int | None] = {n: n.meta.get("fxremat_written_back_from")
+                                      for n in phs if n.meta.get("fxremat_mutated")}
+    out_descs = graph.output_node().meta.get("desc")
+    if isinstance(out_descs, (list, tuple)):
+        try:
+            from torch._functorch._aot_autograd.descriptors import InputMutationAOTOutput
+        except ImportError:  # an older torch: no descriptors
+            return out
+        targets = [(j, d.mutated_input) for j, d in enumerate(out_descs) if isinstance(d, InputMutationAOTOutput)]
+        if targets:
+            for n in phs:
+                desc = n.meta.get("desc")
+                for j, t in targets:
+                    if desc is not None and desc == t:
+                        out[n] = j
+    return out
+
+
 def to_json(
     gm: fx.GraphModule,
     *,
@@ -351,8 +380,16 @@ def to_json(
     output_paths: Sequence[str | None] | None = None,
     tangent_outputs: Sequence[int] | None = None,
     name: str | None = None,
+    constants: str = "data",
 ) -> dict:
-    """The fxremat JSON document (a dict) for ``gm``. See :func:`save`."""
+    """The fxremat JSON document (a dict) for ``gm``. See :func:`save`.
+
+    ``constants``: how the tensors ``get_attr`` nodes read are written: ``"data"``
+    (their bytes, base64, in ``doc["constants"]``) or ``"reference"`` (their facts only:
+    the caller keeps the tensors; in process, where nothing is serialized). Other
+    objects (script objects, opaque values) can only be carried by reference."""
+    if constants not in ("data", "reference"):
+        raise ValueError(f"constants must be 'data' or 'reference', not {constants!r}")
     if not isinstance(gm, fx.GraphModule):
         raise TypeError(f"expected a torch.fx.GraphModule, got {type(gm).__name__}")
     graph = gm.graph
@@ -433,6 +470,8 @@ def to_json(
             joint["tangent_outputs"] = tangent_outputs
         doc["joint"] = joint
 
+    mutated = mutated_inputs(graph) if kind == "joint" else {}
+    constant_entries: dict[str, dict] = {}
     enc = _Encoder()
     ops: dict[str, dict] = {}
     nodes = []
@@ -463,11 +502,9 @@ def to_json(
                         f"output node: output {i} is {o!r}; only node references and None are supported"
                     )
         elif node.op == "get_attr":
-            raise UnsupportedGraphError(
-                f"{where}: get_attr of {node.target!r} "
-                f"({type(_get_attr(gm, node.target)).__name__}) cannot be encoded: the format "
-                "holds no tensor data (constants must be produced by ops in the graph)"
-            )
+            entry["target"] = str(node.target)
+            if node.target not in constant_entries:
+                constant_entries[str(node.target)] = _encode_constant(enc, gm, node, where, constants)
         else:
             raise UnsupportedGraphError(f"{where}: node op {node.op!r} is not supported")
 
@@ -479,15 +516,58 @@ def to_json(
             if node.kwargs:
                 entry["kwargs"] = {k: enc.arg(v, f"{where} kwargs[{k!r}]") for k, v in node.kwargs.items()}
 
-        if node.op != "output":
+        if node.op == "get_attr":
+            if constant_entries[str(node.target)].get("opaque") is None:
+                entry["meta"] = _encode_meta(enc, node, where, val=constant_entries[str(node.target)]["val"])
+        elif node.op != "output":
             entry["meta"] = _encode_meta(enc, node, where)
+            if node in mutated:
+                entry["meta"]["mutated"] = True
+                if mutated[node] is not None:
+                    entry["meta"]["written_back_from"] = int(mutated[node])
         nodes.append(entry)
 
     if enc.symbols:
         doc["symbols"] = {k: enc.symbols[k] for k in sorted(enc.symbols)}
     doc["ops"] = {k: ops[k] for k in sorted(ops)}
+    if constant_entries:
+        doc["constants"] = {k: constant_entries[k] for k in sorted(constant_entries)}
     doc["nodes"] = nodes
     return doc
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    """The elements of ``t``, little-endian, contiguous in row-major order."""
+    t = t.detach().to("cpu").contiguous().reshape(-1)
+    if t.numel() == 0:
+        return b""
+    return t.view(torch.uint8).numpy().tobytes()
+
+
+def _encode_constant(enc: "_Encoder", gm: fx.GraphModule, node: fx.Node, where: str, mode: str) -> dict:
+    """The ``constants`` entry for what ``node`` (a get_attr) reads."""
+    obj = _get_attr(gm, node.target)
+    if isinstance(obj, torch.nn.Module):
+        raise UnsupportedGraphError(
+            f"{where}: get_attr of the submodule {node.target!r} ({type(obj).__name__}): subgraphs of higher-order "
+            "operators are not supported by the fxremat format")
+    if not isinstance(obj, torch.Tensor):
+        if mode == "reference" and obj is not None:
+            return {"opaque": f"{type(obj).__module__}.{type(obj).__qualname__}"}
+        raise UnsupportedGraphError(
+            f"{where}: get_attr of {node.target!r} ({type(obj).__name__}) cannot be encoded: the format holds tensor "
+            "constants only (other objects are carried by reference in process)")
+    from torch._subclasses.fake_tensor import is_fake
+
+    facts_of = node.meta.get("val") if isinstance(node.meta.get("val"), torch.Tensor) else obj
+    entry: dict[str, Any] = {"val": enc.val(facts_of, f"{where} constant {node.target!r}")}
+    if mode == "reference" or is_fake(obj):
+        if mode == "data":
+            raise UnsupportedGraphError(f"{where}: constant {node.target!r} is a fake tensor: it has no data to write")
+        entry["by_reference"] = True
+    else:
+        entry["data"] = base64.b64encode(_tensor_bytes(obj)).decode("ascii")
+    return entry
 
 
 def _get_attr(gm: fx.GraphModule, target: str) -> Any:
@@ -497,10 +577,12 @@ def _get_attr(gm: fx.GraphModule, target: str) -> Any:
     return obj
 
 
-def _encode_meta(enc: _Encoder, node: fx.Node, where: str) -> dict:
+def _encode_meta(enc: _Encoder, node: fx.Node, where: str, val: Any = None) -> dict:
     meta = node.meta
     out: dict[str, Any] = {}
-    if "val" in meta:
+    if val is not None:  # already encoded (a constant's facts)
+        out["val"] = val
+    elif "val" in meta:
         out["val"] = enc.val(meta["val"], f"{where} meta['val']")
     elif "fxremat_val" in meta:  # loaded, but the value could not be rebuilt as fake
         out["val"] = enc.copied_val(meta["fxremat_val"])
@@ -564,8 +646,12 @@ def save(
         tangent_outputs=tangent_outputs,
         name=name,
     )
-    data = dumps(doc).encode("ascii")
     path = os.fspath(path)
+    sidecar = _move_large_constants(doc, sidecar_name(path))
+    if sidecar is not None:
+        with open(os.path.join(os.path.dirname(path) or ".", sidecar_name(path)), "wb") as f:
+            f.write(sidecar)
+    data = dumps(doc).encode("ascii")
     if path.endswith(".gz"):
         buf = io.BytesIO()
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as f:
@@ -578,6 +664,139 @@ def save(
 # --------------------------------------------------------------------------------------
 # Reader
 # --------------------------------------------------------------------------------------
+
+
+_SAFETENSORS_DTYPES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
+    "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL", "complex64": "C64", "complex128": "C128",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+}
+
+
+def sidecar_name(graph_path: str | os.PathLike) -> str:
+    """``dir/model.json.gz`` -> ``model.constants.safetensors`` (the file beside a graph
+    that holds its constants over 64 KiB)."""
+    name = os.path.basename(os.fspath(graph_path))
+    for ext in (".gz", ".json", ".fxir"):
+        if name.endswith(ext) and len(name) > len(ext):
+            name = name[: -len(ext)]
+    return name + ".constants.safetensors"
+
+
+def _move_large_constants(doc: dict, file_name: str) -> bytes | None:
+    """Moves the data of constants over INLINE_CONSTANT_BYTES from ``doc`` into a
+    safetensors file named ``file_name`` (returned; None when there is none). The
+    bytes equal what the C++ writer makes: keys sorted, compact header padded to 8."""
+    large = {}
+    for key, c in (doc.get("constants") or {}).items():
+        data = c.get("data")
+        if data is not None and len(data) * 3 // 4 > INLINE_CONSTANT_BYTES:
+            large[key] = base64.b64decode(data)
+    if not large:
+        return None
+    header: dict[str, Any] = {}
+    offset = 0
+    for key in sorted(large):
+        c = doc["constants"][key]
+        shape = [int(d) for d in c["val"]["shape"]]
+        header[key] = {"dtype": _SAFETENSORS_DTYPES[c["val"]["dtype"]], "shape": shape,
+                       "data_offsets": [offset, offset + len(large[key])]}
+        offset += len(large[key])
+        del c["data"]
+        c["file"] = file_name
+        c["key"] = key
+    text = json.dumps(header, separators=(",", ":")).encode("ascii")
+    text += b" " * (-(8 + len(text)) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(large[k] for k in sorted(large))
+
+
+def _read_sidecar(path: str) -> dict[str, tuple[str, list[int], bytes]]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise FormatError(f"{path}: cannot read the constants file: {e.strerror}") from None
+    if len(raw) < 8:
+        raise FormatError(f"{path}: not a safetensors file")
+    n = int.from_bytes(raw[:8], "little")
+    try:
+        header = json.loads(raw[8:8 + n])
+    except (ValueError, UnicodeDecodeError):
+        raise FormatError(f"{path}: malformed safetensors header") from None
+    body = raw[8 + n:]
+    out = {}
+    for key, e in header.items():
+        if key == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        out[key] = (e["dtype"], list(e["shape"]), body[b:end])
+    return out
+
+
+def _decode_constants(doc: dict, base_dir: str | None, dec: "_Decoder") -> dict[str, Any]:
+    """The tensors of ``doc["constants"]`` by attribute path."""
+    out: dict[str, Any] = {}
+    consts = doc.get("constants") or {}
+    _expect(isinstance(consts, dict), "$.constants", "expected an object")
+    sidecars: dict[str, dict] = {}
+    for key, c in consts.items():
+        where = f"$.constants[{key!r}]"
+        _expect(isinstance(c, dict), where, "expected an object")
+        if "opaque" in c:
+            raise _fail(where, f"an object of type {c['opaque']!r} held by reference: a file cannot carry it")
+        _expect("val" in c, where, "missing 'val'")
+        facts = c["val"]
+        _expect(isinstance(facts, dict) and facts.get("kind") == "tensor", f"{where}.val", "expected tensor facts")
+        dtype = getattr(torch, facts["dtype"], None) if isinstance(facts.get("dtype"), str) else None
+        _expect(isinstance(dtype, torch.dtype) and facts["dtype"] in _SAFETENSORS_DTYPES, f"{where}.val.dtype",
+                f"unknown dtype {facts.get('dtype')!r}")
+        shape = facts.get("shape")
+        _expect(isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape), f"{where}.val.shape",
+                "a constant's shape holds non-negative integers")
+        stride = facts.get("stride")
+        if "data" in c:
+            _expect(isinstance(c["data"], str), f"{where}.data", "expected base64 text")
+            try:
+                raw = base64.b64decode(c["data"], validate=True)
+            except ValueError:
+                raise _fail(f"{where}.data", "invalid base64") from None
+        elif "file" in c:
+            f = c["file"]
+            _expect(isinstance(f, str) and f and os.path.basename(f) == f, f"{where}.file", "expected a file name")
+            if base_dir is None:
+                raise _fail(f"{where}.file", f"the constant is in {f!r}, but the document was not read from a file")
+            if f not in sidecars:
+                sidecars[f] = _read_sidecar(os.path.join(base_dir, f))
+            entry = sidecars[f].get(c.get("key", key))
+            _expect(entry is not None, f"{where}.key", f"{f!r} has no tensor {c.get('key', key)!r}")
+            raw = entry[2]
+        elif c.get("by_reference") is True:
+            raise _fail(where, "the constant was handed over by reference: the document has no data for it")
+        else:
+            raise _fail(where, "expected 'data', 'file' or 'by_reference'")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        numel = math.prod(shape)
+        _expect(len(raw) == numel * itemsize, where, f"{len(raw)} bytes of data for a tensor of {numel * itemsize} bytes")
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        t = flat.view(dtype).reshape(shape) if numel else torch.empty(shape, dtype=dtype)
+        if isinstance(stride, list) and len(stride) == len(shape) and all(_is_int(s) for s in stride):
+            t = torch.empty_strided(shape, stride, dtype=dtype).copy_(t)
+        out[key] = t
+    return out
+
+
+def _constant_root(constants: dict[str, Any]) -> torch.nn.Module:
+    """A module that holds the constants at their attribute paths (as buffers)."""
+    root = torch.nn.Module()
+    for path, t in constants.items():
+        mod = root
+        *parents, leaf = path.split(".")
+        for p in parents:
+            if not hasattr(mod, p):
+                mod.add_module(p, torch.nn.Module())
+            mod = getattr(mod, p)
+        mod.register_buffer(leaf, t, persistent=False)
+    return root
 
 
 def _read_doc(path: str | os.PathLike) -> dict:
@@ -606,7 +825,7 @@ def load(path: str | os.PathLike) -> fx.GraphModule:
     """
     doc = _read_doc(path)
     try:
-        return from_json(doc)
+        return from_json(doc, base_dir=os.path.dirname(os.path.abspath(os.fspath(path))))
     except FormatError as e:
         raise FormatError(f"{os.fspath(path)}: {e}") from None
 
@@ -808,8 +1027,9 @@ def _check_top(doc: Any) -> None:
     _expect(isinstance(doc.get("nodes"), list) and doc["nodes"], "$.nodes", "expected a non-empty list of nodes")
 
 
-def from_json(doc: Any) -> fx.GraphModule:
-    """Rebuild a GraphModule from a parsed document. See :func:`load`."""
+def from_json(doc: Any, base_dir: str | None = None) -> fx.GraphModule:
+    """Rebuild a GraphModule from a parsed document. See :func:`load`. ``base_dir``:
+    where the sidecar file of large constants is (the graph file's directory)."""
     _check_top(doc)
     kind = doc["kind"]
     symbols = doc.get("symbols") or {}
@@ -834,6 +1054,7 @@ def from_json(doc: Any) -> fx.GraphModule:
     facts["symbols"] = dict(symbols)
 
     dec = _Decoder(symbols)
+    constants = _decode_constants(doc, base_dir, dec)
     nodes_json = doc["nodes"]
     graph = fx.Graph()
     env: dict[str, fx.Node] = {}
@@ -896,7 +1117,10 @@ def from_json(doc: Any) -> fx.GraphModule:
                 kwargs[k] = dec.arg(v, f"{where}.kwargs[{k!r}]", env, later)
             node = graph.call_function(fn, args, kwargs, name=name)
         elif op == "get_attr":
-            raise _fail(where, f"get_attr ({target!r}) is not supported by the Python reader: the format holds no tensor data")
+            _expect(isinstance(target, str) and target in constants, f"{where}.target",
+                    f"get_attr of {target!r}, which $.constants does not hold")
+            _expect(not args_j and not kwargs_j, where, "a get_attr node takes no arguments")
+            node = graph.get_attr(target)
         else:  # output
             _expect(len(args_j) == 1 and isinstance(args_j[0], list), f"{where}.args",
                     "the output node takes one argument, a list of node references or nulls")
@@ -946,6 +1170,15 @@ def from_json(doc: Any) -> fx.GraphModule:
                 _expect(isinstance(vr, list) and len(vr) == 2 and all(_is_int(x) for x in vr),
                         f"{where}.meta.value_range", f"expected [low, high), got {vr!r}")
                 node.meta["value_range"] = tuple(vr)
+            mut = meta_j.get("mutated")
+            if mut is not None:
+                _expect(isinstance(mut, bool), f"{where}.meta.mutated", "expected a boolean")
+                if mut:
+                    node.meta["fxremat_mutated"] = True
+            wb = meta_j.get("written_back_from")
+            if wb is not None:
+                _expect(_is_int(wb) and wb >= 0, f"{where}.meta.written_back_from", "expected a forward output index")
+                node.meta["fxremat_written_back_from"] = wb
 
     _expect(has_output, "$.nodes", "no output node (exactly one, the last)")
     out_node = graph.output_node()
@@ -962,11 +1195,16 @@ def from_json(doc: Any) -> fx.GraphModule:
                 f"a joint graph returns its forward outputs then one gradient per primal: "
                 f"{nouts} outputs != {facts['num_fwd_outputs']} + {npri} primals")
         facts["input_paths"] = input_paths
+        for n in graph.nodes:
+            wb = n.meta.get("fxremat_written_back_from")
+            if wb is not None:
+                _expect(wb < facts["num_fwd_outputs"], f"$.nodes ({n.name!r}).meta.written_back_from",
+                        f"written back from forward output {wb}, out of range of {facts['num_fwd_outputs']}")
 
     try:
         graph.lint()
     except Exception as e:  # pragma: no cover - guarded by the checks above
         raise FormatError(f"$.nodes: the rebuilt graph is invalid: {e}") from None
-    gm = fx.GraphModule(torch.nn.Module(), graph)
+    gm = fx.GraphModule(_constant_root(constants), graph)
     gm.meta["fxremat"] = facts
     return gm

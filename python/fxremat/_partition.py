@@ -54,6 +54,15 @@ class Partition:
         fw_out = list(self.forward(*primals))
         if len(fw_out) != sig["forward"]["num_outputs"]:
             raise ValueError(f"forward returned {len(fw_out)} values, signature says {sig['forward']['num_outputs']}")
+        # AOTAutograd's epilogue writes mutated inputs back before the backward runs
+        # (Note [Mutated inputs] in passes/protect_mutations.h).
+        import torch
+
+        with torch.no_grad():
+            for p in sig["primals"]:
+                k = p.get("written_back_from")
+                if k is not None:
+                    primals[p["forward_input_index"]].copy_(fw_out[k])
         bw_in: list[Any] = [None] * sig["backward"]["num_inputs"]
         for s in sig["saved"]:
             bw_in[s["backward_input_index"]] = fw_out[s["forward_output_index"]]

@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 
+#include "fxremat/input_ranges.h"
 #include "fxremat/inspect.h"
 #include "fxremat/partition.h"
 #include "fxremat/pipeline.h"
@@ -159,6 +160,19 @@ PYBIND11_MODULE(_C, m) {
       py::arg("keep_annotations") = false,
       "Partition a joint graph given as the fxremat document dict (fxremat.to_json) through the pipeline; returns "
       "(forward_doc, backward_doc, signature) as dicts.");
+  m.def(
+      "integer_input_ranges",
+      [](const py::dict& document) {
+        std::unique_ptr<Graph> graph = Unwrap(GraphFromJsonDocument(FromPython(document)));
+        std::map<std::string, std::pair<int64_t, int64_t>> out;
+        for (Node* p : graph->placeholders())
+          if (p->val().is_tensor() && DTypeIsIntegral(p->val().tensor.dtype) && p->val().tensor.dtype != DType::kBool)
+            out[p->name()] = IntegerInputRange(*p);
+        return out;
+      },
+      py::arg("document"),
+      "[low, high) for each integer placeholder of a graph document: where random values let the graph run "
+      "(include/fxremat/input_ranges.h); (0, 0) when nothing bounds it.");
   m.def(
       "parse_policy", [](const std::string& text) { return PolicyToJson(Unwrap(ParsePolicy(text))); },
       py::arg("text"), "A policy's command-line form (NAME[:ARGS], POLICY+POLICY) as its JSON text.");

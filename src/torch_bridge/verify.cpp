@@ -14,12 +14,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <limits>
+#include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -30,8 +34,13 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/scalar_tensor.h>
 
+#include <torch/csrc/jit/serialization/pickle.h>
+
 #include "dispatcher_util.h"
+#include "fxremat/input_ranges.h"
+#include "fxremat/serialize.h"
 #include "fxremat/torch_bridge.h"
+#include "src/constants_io.h"
 
 namespace fxremat {
 namespace {
@@ -399,6 +408,38 @@ std::optional<IValue> Coerce(const IValue& v, const c10::TypePtr& type, std::opt
 // ---------------------------------------------------------------------------
 
 class Interpreter {
+ private:
+  // A get_attr node's value: the constant's data as a tensor of its facts.
+  Expected<IValue> Constant(const Node& node) const {
+    auto it = graph_.constants().find(node.target());
+    if (it == graph_.constants().end())
+      return Status::BadInput("get_attr of '" + node.target() + "', which the graph's constants lack", Where(node));
+    const fxremat::Constant& c = it->second;
+    if (c.kind != fxremat::Constant::Kind::kTensor)
+      return Status::BadInput("constant '" + node.target() + "' is a " + c.type_name +
+                                  " object held by reference: it cannot be run outside the process that traced it",
+                              Where(node));
+    if (!c.hasData())
+      return Status::BadInput("constant '" + node.target() +
+                                  "' has no data (it was handed over by reference); save the graph with its constants",
+                              Where(node));
+    std::vector<int64_t> sizes;
+    for (const Dim& d : c.facts.shape) sizes.push_back(d.hint);
+    const auto options = at::TensorOptions().device(VerifyDevice()).dtype(ToScalarType(c.facts.dtype));
+    std::vector<int64_t> contiguous_strides(sizes.size(), 1);
+    for (size_t d = sizes.size(); d-- > 1;) contiguous_strides[d - 1] = contiguous_strides[d] * std::max<int64_t>(sizes[d], 1);
+    at::Tensor contiguous = at::empty_strided(sizes, contiguous_strides, options.device(at::kCPU));
+    if (!c.data->empty()) std::memcpy(contiguous.data_ptr(), c.data->data(), c.data->size());
+    std::vector<int64_t> strides = contiguous_strides;
+    if (c.facts.stride.size() == c.facts.shape.size()) {
+      strides.clear();
+      for (const Dim& d : c.facts.stride) strides.push_back(d.hint);
+    }
+    at::Tensor t = at::empty_strided(sizes, strides, options);
+    t.copy_(contiguous);
+    return IValue(t);
+  }
+
  public:
   Interpreter(const Graph& graph, std::string label) : graph_(graph), label_(std::move(label)) {}
 
@@ -425,9 +466,12 @@ class Interpreter {
             return Status::Internal("more placeholders than inputs", Where(node));
           env_[i] = std::move(inputs[next_input++]);
           break;
-        case OpKind::kGetAttr:
-          return Status::BadInput("get_attr nodes are unsupported (target '" + node.target() + "')",
-                                  Where(node));
+        case OpKind::kGetAttr: {
+          Expected<IValue> v = Constant(node);
+          if (!v.ok()) return v.status();
+          env_[i] = std::move(v).value();
+          break;
+        }
         case OpKind::kCallFunction: {
           Expected<IValue> v = Call(node);
           if (!v.ok()) return v.status();
@@ -664,6 +708,135 @@ at::Tensor FlatStorage(const at::Tensor& t, int64_t elements) {
   return t.as_strided({elements}, {1}, t.storage_offset());
 }
 
+// Note [Valid integer inputs]
+// Random integers are only valid inputs where the graph allows any value. An
+// integer input that reaches an index argument (embedding ids, class targets,
+// gather/index_select/scatter indices, one_hot) is drawn from the range that
+// op accepts, intersected with the recorded value_range of the example input
+// (which may hold an ignore index such as -100 that only some ops accept). The
+// values flow through ops that move them without arithmetic: views, copies,
+// scatters into a buffer, masked_fill, where, cat.
+struct IndexBound {
+  int64_t low = std::numeric_limits<int64_t>::min();
+  int64_t high = std::numeric_limits<int64_t>::max();  // exclusive
+  bool any = false;
+  void Intersect(int64_t lo, int64_t hi) {
+    low = std::max(low, lo);
+    high = std::min(high, hi);
+    any = true;
+  }
+};
+
+// The size of dimension `dim` (negative counts from the end) of a node's tensor value, or -1.
+int64_t DimSize(const Argument& a, int64_t dim) {
+  if (!a.is_node() || !a.node->val().is_tensor()) return -1;
+  const auto& shape = a.node->val().tensor.shape;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (dim < 0) dim += rank;
+  if (dim < 0 || dim >= rank) return -1;
+  return shape[static_cast<size_t>(dim)].hint;
+}
+
+int64_t IntArg(const Node& n, size_t i, int64_t fallback) {
+  return i < n.args().size() && n.args()[i].kind == Argument::Kind::kInt ? n.args()[i].int_value : fallback;
+}
+
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
+  return strides;
+}
+
+IndexBound ValidIndexRange(const Graph& graph, const Node& input) {
+  static const std::unordered_set<std::string_view> kCarriers = {
+      "aten.clone", "aten.copy", "aten._to_copy", "aten.slice_scatter", "aten.select_scatter",
+      "aten.diagonal_scatter", "aten.masked_fill", "aten.where", "aten.cat", "aten.stack", "aten.contiguous",
+      "aten.reshape", "aten.lift_fresh_copy", "aten.index_put", "aten.flatten", "aten.repeat",
+      "prims.convert_element_type"};
+  IndexBound bound;
+  std::vector<bool> carries(graph.size(), false);
+  carries[input.index()] = true;
+  auto carried = [&](const Argument& a) {
+    bool c = false;
+    a.forEachNode([&](Node* n) { c = c || carries[n->index()]; });
+    return c;
+  };
+  for (const auto& up : graph.nodes()) {
+    const Node& n = *up;
+    if (!n.isCallFunction()) continue;
+    bool reads = false;
+    for (const Node* in : n.inputs()) reads = reads || carries[in->index()];
+    if (!reads) continue;
+    const std::string_view t = n.target();
+    const std::string_view packet = t.substr(0, t.rfind('.'));
+    const OpInfo* info = n.opInfo();
+    const bool alias = info && info->hasSchema() && info->schema.returnsAlias();
+    if ((alias || kCarriers.count(packet)) && n.val().is_tensor() && DTypeIsIntegral(n.val().tensor.dtype))
+      carries[n.index()] = true;
+    const auto& args = n.args();
+    auto arg_carried = [&](size_t i) { return i < args.size() && carried(args[i]); };
+    if (packet == "aten.embedding" && arg_carried(1)) {
+      if (int64_t v = DimSize(args[0], 0); v >= 0) bound.Intersect(0, v);
+    } else if (packet == "aten.embedding_dense_backward" && arg_carried(1)) {
+      bound.Intersect(0, IntArg(n, 2, std::numeric_limits<int64_t>::max()));
+    } else if ((packet == "aten.nll_loss_forward" || packet == "aten.nll_loss2d_forward" ||
+                packet == "aten.nll_loss_backward" || packet == "aten.nll_loss2d_backward") &&
+               arg_carried(packet.find("backward") != std::string_view::npos ? 2 : 1)) {
+      const size_t self = packet.find("backward") != std::string_view::npos ? 1 : 0;
+      const int64_t rank = args[self].is_node() && args[self].node->val().is_tensor()
+                               ? static_cast<int64_t>(args[self].node->val().tensor.shape.size()) : 0;
+      if (int64_t c = DimSize(args[self], rank >= 2 ? 1 : 0); c >= 0) bound.Intersect(0, c);
+    } else if ((packet == "aten.gather" || packet == "aten.index_select" || packet == "aten.scatter" ||
+                packet == "aten.scatter_add" || packet == "aten.scatter_reduce") && arg_carried(2)) {
+      if (int64_t v = DimSize(args[0], IntArg(n, 1, 0)); v >= 0) bound.Intersect(0, v);
+    } else if (packet == "aten.index" && args.size() > 1 && args[1].kind == Argument::Kind::kList) {
+      for (size_t k = 0; k < args[1].list.size(); ++k)
+        if (carried(args[1].list[k]))
+          if (int64_t v = DimSize(args[0], static_cast<int64_t>(k)); v >= 0) bound.Intersect(0, v);
+    } else if (packet == "aten.one_hot" && arg_carried(0)) {
+      if (int64_t c = IntArg(n, 1, -1); c > 0) bound.Intersect(0, c);
+    }
+  }
+  return bound;
+}
+
+// Tensors from a --inputs file, by key.
+Expected<std::map<std::string, at::Tensor>> LoadInputsFile(const std::string& path) {
+  FXREMAT_ASSIGN_OR_RETURN(std::string contents, ReadFileContents(path));
+  std::map<std::string, at::Tensor> out;
+  const bool safetensors = path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+  if (safetensors) {
+    FXREMAT_ASSIGN_OR_RETURN(auto entries, ParseSafetensors(contents, path));
+    for (auto& [key, e] : entries) {
+      std::optional<DType> dtype;
+      for (int d = 0; d <= static_cast<int>(DType::kFloat8E5M2); ++d)
+        if (SafetensorsDType(static_cast<DType>(d)) == e.dtype) dtype = static_cast<DType>(d);
+      if (!dtype) return Status::BadInput("tensor '" + key + "' has the unsupported dtype " + e.dtype, path);
+      at::Tensor t = at::empty_strided(e.shape, ContiguousStrides(e.shape),
+                                       at::TensorOptions().dtype(ToScalarType(*dtype)));
+      if (static_cast<int64_t>(e.data.size()) != t.numel() * t.element_size())
+        return Status::BadInput("tensor '" + key + "' has " + std::to_string(e.data.size()) +
+                                    " bytes for its shape and dtype", path);
+      if (!e.data.empty()) std::memcpy(t.data_ptr(), e.data.data(), e.data.size());
+      out.emplace(key, t);
+    }
+    return out;
+  }
+  IValue loaded;
+  try {
+    loaded = torch::jit::pickle_load(std::vector<char>(contents.begin(), contents.end()));
+  } catch (const std::exception& e) {
+    return Status::BadInput("not a safetensors file, nor a dict saved by torch.save: " + ErrorText(e), path);
+  }
+  if (!loaded.isGenericDict()) return Status::BadInput("expected a dict of tensors (torch.save({...}, path))", path);
+  for (const auto& item : loaded.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor())
+      return Status::BadInput("expected a dict from strings to tensors", path);
+    out.emplace(item.key().toStringRef(), item.value().toTensor());
+  }
+  return out;
+}
+
 Expected<InputValue> MakeInput(const Node& node, const at::Generator& gen) {
   InputValue in;
   const ValueFacts& val = node.val();
@@ -715,9 +888,8 @@ Expected<InputValue> MakeInput(const Node& node, const at::Generator& gen) {
       at::Tensor values = at::empty_strided({elements}, {1}, cpu.dtype(draw));
       values.normal_(0.0, 1.0, gen);
       flat.copy_(values);
-    } else if (facts.dtype != DType::kBool && node.meta().value_range &&
-               node.meta().value_range->second > node.meta().value_range->first) {
-      const auto [low, high] = *node.meta().value_range;
+    } else if (facts.dtype != DType::kBool && (IntegerInputRange(node).second > IntegerInputRange(node).first)) {
+      const auto [low, high] = IntegerInputRange(node);
       at::Tensor values = at::empty_strided({elements}, {1}, cpu.dtype(at::kLong));
       values.random_(low, high, gen);
       flat.copy_(values);
@@ -903,6 +1075,42 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
     if (!in.ok()) return in.status();
     master.push_back(std::move(in).value());
   }
+  std::vector<std::string> report_lines;
+  if (!options.inputs_file.empty()) {
+    FXREMAT_ASSIGN_OR_RETURN(auto given, LoadInputsFile(options.inputs_file));
+    std::map<std::string, size_t> by_key;
+    for (size_t k = 0; k < joint_inputs.size(); ++k) {
+      by_key[joint_inputs[k]->name()] = k;
+      if (!joint_inputs[k]->path().empty()) by_key[joint_inputs[k]->path()] = k;
+    }
+    std::vector<bool> real(joint_inputs.size(), false);
+    for (auto& [key, t] : given) {
+      auto it = by_key.find(key);
+      if (it == by_key.end())
+        return Status::BadInput("'" + key + "' names no input of the joint graph (use placeholder names or paths)",
+                                options.inputs_file);
+      const Node& p = *joint_inputs[it->second];
+      const ValueFacts& facts = p.val();
+      if (!facts.is_tensor()) return Status::BadInput("'" + key + "': input '" + p.name() + "' is not a tensor",
+                                                      options.inputs_file);
+      std::vector<int64_t> want;
+      for (const Dim& d : facts.tensor.shape) want.push_back(d.hint);
+      if (t.sizes().vec() != want || t.scalar_type() != ToScalarType(facts.tensor.dtype))
+        return Status::BadInput("'" + key + "' is " + std::string(c10::toString(t.scalar_type())) + FormatShape(t.sizes().vec()) +
+                                    ", the graph's input '" + p.name() + "' is " + std::string(DTypeName(facts.tensor.dtype)) +
+                                    FormatShape(want), options.inputs_file);
+      InputValue& in = master[it->second];
+      at::Tensor copy = at::empty_strided(in.sizes, in.strides, in.tensor.options());
+      copy.copy_(t);
+      in.tensor = copy;
+      real[it->second] = true;
+    }
+    int64_t drawn = 0;
+    for (bool r : real) drawn += !r;
+    report_lines.push_back("inputs: " + std::to_string(static_cast<int64_t>(joint_inputs.size()) - drawn) + " from " +
+                           options.inputs_file + ", " + std::to_string(drawn) + " drawn at random (seed " +
+                           std::to_string(options.seed) + ")");
+  }
   auto joint_value = [&](const std::string& name) -> std::optional<IValue> {
     auto it = joint_input_index.find(name);
     if (it == joint_input_index.end()) return std::nullopt;
@@ -914,7 +1122,23 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
   for (const InputValue& in : master) joint_args.push_back(Fresh(in));
   at::manual_seed(options.seed);
   Expected<std::vector<IValue>> joint_out = Interpreter(joint, "joint").Run(std::move(joint_args));
-  if (!joint_out.ok()) return joint_out.status();
+  if (!joint_out.ok()) {
+    // The joint graph itself cannot run on these inputs: a graph or input problem.
+    if (options.inputs_file.empty())
+      return Status::BadInput(joint_out.status().message() + " (on random inputs, seed " +
+                                  std::to_string(options.seed) + "; give real ones with --inputs FILE)",
+                              joint_out.status().where());
+    return joint_out.status();
+  }
+  // The joint graph runs; a forward or backward that does not is a failed
+  // verification of the partition (exit 1), not bad input.
+  auto run_failed = [&](const Status& st) {
+    VerifyReport failed;
+    failed.passed = false;
+    failed.lines = report_lines;
+    failed.lines.push_back("FAILED: " + st.ToString());
+    return failed;
+  };
   if (static_cast<int64_t>(joint_out->size()) != num_fwd + static_cast<int64_t>(primals.size()))
     return Status::BadInput("the joint graph has " + std::to_string(joint_out->size()) + " outputs for " +
                             std::to_string(num_fwd) + " forward outputs and " + std::to_string(primals.size()) +
@@ -943,13 +1167,29 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
                               "') is neither a primal of the signature nor a joint graph input", "forward graph");
     fwd_run_args.push_back(std::move(*fwd_args[k]));
   }
+  const std::vector<IValue> fwd_inputs_kept = fwd_run_args;  // the same tensors
   at::manual_seed(options.seed);
   Expected<std::vector<IValue>> fwd_out = Interpreter(forward, "forward").Run(std::move(fwd_run_args));
-  if (!fwd_out.ok()) return fwd_out.status();
+  if (!fwd_out.ok()) return run_failed(fwd_out.status());
   if (static_cast<int64_t>(fwd_out->size()) != sig.forward_num_outputs ||
       static_cast<int64_t>(fwd_out->size()) < num_fwd)
     return Status::BadInput("the forward graph has " + std::to_string(fwd_out->size()) +
                             " outputs, the signature says " + std::to_string(sig.forward_num_outputs), "forward graph");
+  // AOTAutograd's epilogue: a mutated input receives its new value between the
+  // forward and the backward (Note [Mutated inputs]), so a backward that
+  // recomputed from the old data would be caught here.
+  for (const PrimalEntry& p : sig.primals) {
+    if (!p.written_back_from) continue;
+    const int64_t k = *p.written_back_from;
+    if (k < 0 || k >= num_fwd)
+      return Status::BadInput("primal '" + p.name + "' is written back from forward output " + std::to_string(k) + ", out of range",
+                              "signature");
+    const IValue& dst = fwd_inputs_kept[static_cast<size_t>(p.forward_input_index)];
+    const IValue& src = (*fwd_out)[static_cast<size_t>(k)];
+    if (!dst.isTensor() || !src.isTensor()) continue;
+    at::NoGradGuard no_grad;
+    dst.toTensor().copy_(src.toTensor());
+  }
 
   // The backward run, its inputs wired from the signature. The RNG continues
   // from the forward run, as it does in the joint run.
@@ -985,7 +1225,7 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
     bwd_run_args.push_back(std::move(*bwd_args[k]));
   }
   Expected<std::vector<IValue>> bwd_out = Interpreter(backward, "backward").Run(std::move(bwd_run_args));
-  if (!bwd_out.ok()) return bwd_out.status();
+  if (!bwd_out.ok()) return run_failed(bwd_out.status());
   if (static_cast<int64_t>(bwd_out->size()) != sig.backward_num_outputs)
     return Status::BadInput("the backward graph has " + std::to_string(bwd_out->size()) +
                             " outputs, the signature says " + std::to_string(sig.backward_num_outputs), "backward graph");
@@ -993,6 +1233,7 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
   // Compare.
   VerifyReport report;
   report.passed = true;
+  report.lines = std::move(report_lines);
   auto add = [&](const std::string& what, const Comparison& c) {
     report.lines.push_back(ReportLine(what, c));
     report.passed = report.passed && c.ok;

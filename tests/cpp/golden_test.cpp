@@ -23,6 +23,7 @@
 #include "passes/fold_annotations.h"
 #include "passes/insert_barriers.h"
 #include "passes/min_cut_partition.h"
+#include "passes/protect_mutations.h"
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -195,6 +196,13 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     FXREMAT_ASSIGN_OR_RETURN(bool changed, EliminateCommonSubexpressions(*graph));
     const std::string after = PrintGraph(*graph);
     if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
+    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
+  }
+  if (run == "protect-mutations") {
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, ProtectMutations(*graph));
+    const std::string after = PrintGraph(*graph);
+    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
+    if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
     return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
   }
   if (run == "cleanup-recompute-tags") {

@@ -750,6 +750,57 @@ Expected<VerifyReport> RunOneOp(const std::string& target, std::vector<Argument>
   return VerifyPartition(*g, *p.forward, *p.backward, p.sig, VerifyOptions{});
 }
 
+// joint: y = primals_1 * c where c is a get_attr constant; the forward computes y
+// from the same constant (both graphs carry it), the backward returns nothing.
+Expected<VerifyReport> RunWithConstant(const Constant& c) {
+  auto g = std::make_unique<Graph>();
+  g->setKind(GraphKind::kJoint);
+  Node* x = Placeholder(*g, "primals_1", PlaceholderRole::kPrimal, Tensor({3}));
+  Node* k = g->createNode(OpKind::kGetAttr, "_tensor_constant0", "_tensor_constant0");
+  k->val() = Tensor({3});
+  Node* y = Call(*g, "y", "aten.mul.Tensor", {N(x), N(k)}, Tensor({3}));
+  Output(*g, {y, nullptr});
+  g->joint().num_fwd_outputs = 1;
+  g->constants()["_tensor_constant0"] = c;
+  HandPartition p;
+  Node* fx = Placeholder(*p.forward, "primals_1", PlaceholderRole::kPrimal, Tensor({3}));
+  Node* fk = p.forward->createNode(OpKind::kGetAttr, "_tensor_constant0", "_tensor_constant0");
+  fk->val() = Tensor({3});
+  // The forward multiplies by 2 * c: a wrong partition, unless c is zero.
+  Node* two = Call(*p.forward, "two", "aten.add.Tensor", {N(fk), N(fk)}, Tensor({3}));
+  Node* fy = Call(*p.forward, "y", "aten.mul.Tensor", {N(fx), N(two)}, Tensor({3}));
+  p.forward->constants()["_tensor_constant0"] = c;
+  Output(*p.forward, {fy});
+  Output(*p.backward, {nullptr});
+  p.sig = MakeSignature(*g, {}, {false});
+  return VerifyPartition(*g, *p.forward, *p.backward, p.sig, VerifyOptions{});
+}
+
+TEST_CASE("verify runs get_attr constants with their data", "[torch_bridge][verify]") {
+  Constant c;
+  c.facts.dtype = DType::kFloat32;
+  c.facts.shape = {Dim::Static(3)};
+  c.facts.stride = {Dim::Static(1)};
+  SECTION("the real values reach the ops: 2*c differs from c") {
+    const float values[3] = {1.0f, 2.0f, 3.0f};
+    c.data = std::make_shared<const std::string>(reinterpret_cast<const char*>(values), sizeof(values));
+    auto r = RunWithConstant(c);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->passed);
+  }
+  SECTION("zeros: 2*c equals c, the check passes") {
+    c.data = std::make_shared<const std::string>(12, '\0');
+    auto r = RunWithConstant(c);
+    REQUIRE(r.ok());
+    CHECK(r->passed);
+  }
+  SECTION("a constant held by reference has no data to run") {
+    auto r = RunWithConstant(c);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().ToString().find("has no data (it was handed over by reference)") != std::string::npos);
+  }
+}
+
 TEST_CASE("verify turns unrunnable ops into bad input naming the node", "[torch_bridge][verify]") {
   SECTION("unknown op") {
     auto r = RunOneOp("aten.no_such_op.default", {});
@@ -795,11 +846,11 @@ TEST_CASE("verify turns unrunnable ops into bad input naming the node", "[torch_
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().ToString().find("bogus") != std::string::npos);
   }
-  SECTION("get_attr") {
+  SECTION("get_attr of a constant the graph lacks") {
     auto r = RunOneOp("_tensor_constant0", {}, OpKind::kGetAttr);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == ErrorCode::kBadInput);
-    CHECK(r.status().ToString().find("unsupported") != std::string::npos);
+    CHECK(r.status().ToString().find("'_tensor_constant0', which the graph's constants lack") != std::string::npos);
   }
   SECTION("annotation ops run as identity") {
     auto r = RunOneOp("xla.name_tensor.default", {Argument::String("act")});

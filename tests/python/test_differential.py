@@ -107,9 +107,11 @@ def static_lifetime_indices(gm: fx.GraphModule) -> list[int]:
 
 
 def random_primals(gm: fx.GraphModule, seed: int = INPUT_SEED) -> list[Any]:
-    """Seeded primals by their value facts: floats standard normal, integers inside
-    ``meta['value_range']`` (else {0, 1}), with the recorded strides."""
+    """Seeded primals by their value facts: floats standard normal, integers where the
+    graph can take them (``verify.integer_input_ranges``: the recorded value_range
+    narrowed to valid indices; else {0, 1}), with the recorded strides."""
     gen = torch.Generator().manual_seed(seed)
+    ranges = verify.integer_input_ranges(gm)
     out: list[Any] = []
     for n in _placeholders(gm, "primal"):
         v = n.meta["val"]
@@ -122,7 +124,9 @@ def random_primals(gm: fx.GraphModule, seed: int = INPUT_SEED) -> list[Any]:
         elif v.dtype == torch.bool:
             t = torch.randint(0, 2, shape, generator=gen).bool()
         else:
-            lo, hi = n.meta.get("value_range") or (0, 2)
+            lo, hi = ranges.get(n.name, (0, 0))
+            if hi <= lo:
+                lo, hi = 0, 2
             t = torch.randint(int(lo), int(hi), shape, generator=gen, dtype=v.dtype)
         strided = torch.empty_strided(shape, tuple(int(s) for s in v.stride()), dtype=v.dtype)
         out.append(strided.copy_(t))

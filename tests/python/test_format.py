@@ -191,11 +191,11 @@ def test_symbolic_shapes_round_trip(tmp_path):
     assert isinstance(back.graph.find_nodes(op="placeholder")[0].meta["val"].shape[0], torch.SymInt)
 
 
-def test_get_attr_tensor_is_refused():
+def test_get_attr_tensor_is_encoded_with_its_data():
     class M(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.register_buffer("c", torch.ones(3))
+            self.register_buffer("c", torch.tensor([1.0, -2.0, 3.5]))
 
         def forward(self, x):
             return (x + self.c,)
@@ -203,7 +203,30 @@ def test_get_attr_tensor_is_refused():
     gm = fx.symbolic_trace(M())
     for n in gm.graph.nodes:
         n.meta["val"] = torch.empty(3)
-    with pytest.raises(UnsupportedGraphError, match=r"node 'c': get_attr"):
+    doc = to_json(gm)
+    assert doc["constants"]["c"]["val"]["shape"] == [3]
+    back = from_json(json.loads(json.dumps(doc)))
+    x = torch.randn(3)
+    torch.testing.assert_close(back(x)[0], x + torch.tensor([1.0, -2.0, 3.5]))
+    assert to_json(back) == doc
+
+
+def test_get_attr_of_a_submodule_is_refused():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Identity()
+
+        def forward(self, x):
+            return (x,)
+
+    gm = fx.symbolic_trace(M())
+    gm.add_module("body", torch.nn.Identity())  # a higher-order op's body is such a submodule
+    with gm.graph.inserting_before(gm.graph.output_node()):
+        gm.graph.get_attr("body")
+    for n in gm.graph.nodes:
+        n.meta["val"] = torch.empty(3)
+    with pytest.raises(UnsupportedGraphError, match=r"get_attr of the submodule 'body'"):
         to_json(gm)
 
 
@@ -336,13 +359,13 @@ def _strip_1_1(doc):
     return doc
 
 
-def test_writer_writes_version_1_1(sin_mm_doc):
+def test_writer_writes_version_1_2(sin_mm_doc):
     from fxremat import _format
 
-    assert _format.VERSION == (1, 1)
-    assert sin_mm_doc["version"] == [1, 1]
+    assert _format.VERSION == (1, 2)
+    assert sin_mm_doc["version"] == [1, 2]
     gm = make_fx(lambda x: (x.sin(),))(torch.randn(2))
-    assert to_json(gm)["version"] == [1, 1]
+    assert to_json(gm)["version"] == [1, 2]
 
 
 def test_packet_tags_are_the_union_over_the_overload_packet():
@@ -436,8 +459,8 @@ def test_version_1_0_documents_still_load(sin_mm_doc, tmp_path):
             assert b is None
         else:
             torch.testing.assert_close(a, b)
-    again = to_json(gm)  # written as 1.1, with storage ids again (one per storage now)
-    assert again["version"] == [1, 1]
+    again = to_json(gm)  # written as 1.2, with storage ids again (one per storage now)
+    assert again["version"] == [1, 2]
     assert all("storage" in v for _, v in _tensor_facts(again))
     assert all("packet_tags" in f for f in again["ops"].values())
 

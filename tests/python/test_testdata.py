@@ -22,6 +22,8 @@ NO_GRAD = {
     "name_tensor": set(),
     "fg_chain": set(),
     "predict_loss": set(),
+    "mutated_counter": {"buffers['counter']"},
+    "t5_shift_right": {"args[0]"},
     "gpt2_2l": {"args[0]"},
     "llama_2l": {"args[0]", "buffers['model.model.rotary_emb.inv_freq']"},
 }

@@ -204,6 +204,66 @@ def _llama() -> tuple:
 
 
 # --------------------------------------------------------------------------------------
+# drop-in safety (issue 9): a program that mutates one of its inputs
+# --------------------------------------------------------------------------------------
+
+
+class MutatedCounter(nn.Module):
+    """Counts its calls in a buffer (``counter.add_(1)``) and scales by the new count.
+
+    The joint graph computes ``add = counter + 1`` from the old buffer and AOTAutograd
+    writes ``add`` back after the forward: recomputing ``add`` in the backward would
+    read the written value (Note [Mutated inputs] in passes/protect_mutations.h).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 8)
+        self.register_buffer("counter", torch.zeros(16))
+
+    def forward(self, x):
+        self.counter.add_(1)
+        h = torch.sin(self.fc1(x)) * self.counter
+        return self.fc2(torch.relu(h)).sum()
+
+
+class ShiftRightDecoder(nn.Module):
+    """A T5-style decoder step of our own: the decoder input is the labels shifted right
+    (``shifted[..., 0] = start_id``, as transformers' ``_shift_right`` writes it, with
+    ignored positions (-100) replaced by the pad id), and a per-channel scale made with
+    ``torch.tensor([...])`` inside ``forward``. Both trace to ``get_attr`` tensor
+    constants (``_tensor_constant0``...) read through ``aten.lift_fresh_copy``."""
+
+    START_ID = 2
+    PAD_ID = 0
+
+    def __init__(self, vocab: int = 32, dim: int = 8):
+        super().__init__()
+        self.vocab = vocab
+        self.embed = nn.Embedding(vocab, dim)
+        self.proj = nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, labels):
+        shifted = labels.new_zeros(labels.shape)
+        shifted[..., 1:] = labels[..., :-1].clone()
+        shifted[..., 0] = self.START_ID
+        shifted = shifted.masked_fill(shifted == -100, self.PAD_ID)
+        scale = torch.tensor([1.0, 0.5, 2.0, 1.5, 1.0, 0.25, 3.0, 1.0])
+        h = torch.tanh(self.proj(self.embed(shifted))) * scale
+        logits = self.head(h)
+        return nn.functional.cross_entropy(logits.reshape(-1, self.vocab), labels.reshape(-1), ignore_index=-100)
+
+
+def _shift_right() -> tuple:
+    model = ShiftRightDecoder()
+    labels = torch.randint(0, model.vocab, (2, 6))
+    labels[0, -1] = -100  # an ignored position, as padded label batches have
+    return model, (labels,), {}
+
+
+# --------------------------------------------------------------------------------------
 # registry
 # --------------------------------------------------------------------------------------
 
@@ -238,6 +298,14 @@ def _builders() -> dict[str, tuple[str, Callable[[], tuple]]]:
         "predict_loss": (
             "seed 003 loss(params, x, y) = sum((predict(params, x) - y)**2)",
             lambda: (predict_loss, ([_randn(4, 4), _randn(4, 4), _randn(4, 4)], _randn(4), _randn(4)), {}),
+        ),
+        "mutated_counter": (
+            "module that mutates its buffer (counter.add_(1)) and scales by it",
+            lambda: (MutatedCounter(), (_randn(4, 8),), {}),
+        ),
+        "t5_shift_right": (
+            "T5-style shift-right decoder step (tensor constants: start id, torch.tensor scale)",
+            _shift_right,
         ),
         "gpt2_2l": ("2-layer GPT-2 (n_embd 64, 4 heads, vocab 512), random weights, LM loss", _gpt2),
         "llama_2l": ("2-layer Llama (hidden 64, 4 heads, 2 kv heads, vocab 512), random weights, LM loss", _llama),

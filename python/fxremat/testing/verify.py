@@ -117,6 +117,14 @@ def check_joint(gm: fx.GraphModule, program: Program, *, facts: dict | None = No
                 continue
             _compare(f"forward output {j} ({p})", joint_out[j], want.detach() if isinstance(want, torch.Tensor) else want, report)
             report.compared_outputs += 1
+        # A mutated input's new value (AOTAutograd writes it back after the forward):
+        # the eager run has mutated the input itself.
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for n, prim in zip(phs, primals):
+            j = n.meta.get("fxremat_written_back_from")
+            if j is not None and output_paths[j] is None:
+                _compare(f"forward output {j} (the new value of {n.name})", joint_out[j], prim.detach(), report)
+                report.compared_outputs += 1
         for t, j in enumerate(tangent_outputs):
             if eager_fwd[j] is None:
                 raise ValueError(f"tangent {t} belongs to forward output {j}, which has no path")
@@ -149,3 +157,16 @@ def check_joint(gm: fx.GraphModule, program: Program, *, facts: dict | None = No
         _compare(f"gradient of {path}", got, want, report)
         report.compared_grads += 1
     return report
+
+
+def integer_input_ranges(gm: "torch.fx.GraphModule") -> dict[str, tuple[int, int]]:
+    """``[low, high)`` per integer placeholder of ``gm`` where random values let the
+    graph run (embedding ids below the vocabulary, class targets below the class count,
+    ...), as ``fxremat verify`` draws them: the C++ rule of include/fxremat/input_ranges.h.
+    ``(0, 0)`` when nothing bounds an input."""
+    from .._format import to_json
+    from .._partition import _extension
+
+    facts = gm.meta.get("fxremat", {}) if isinstance(getattr(gm, "meta", None), dict) else {}
+    doc = to_json(gm, kind=facts.get("kind"), constants="reference")
+    return {k: (int(lo), int(hi)) for k, (lo, hi) in _extension().integer_input_ranges(doc).items()}

@@ -1,0 +1,216 @@
+"""Tensor constants (issue 9): ``get_attr`` + ``lift_fresh_copy`` graphs such as a
+T5-style shift-right (``x[..., 0] = start_id``) or ``torch.tensor([...])`` in
+``forward``. In process they are carried by reference; in the format their data is
+inline (base64) or, over 64 KiB, in a safetensors sidecar (docs/format.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+import fxremat
+from fxremat._format import from_json, sidecar_name, to_json
+from fxremat.testing import programs
+
+from test_mutations import POLICIES
+
+
+def _eager(program):
+    m = program.fn
+    ref = type(m)()
+    ref.load_state_dict(m.state_dict())
+    ref(*program.args).backward()
+    return ref
+
+
+def _compile_step(options):
+    program = programs.build("t5_shift_right")
+    ref = _eager(program)
+    m = programs.build("t5_shift_right").fn
+    torch._dynamo.reset()
+    torch.compile(m, backend="fxremat", options=options)(*program.args).backward()
+    for (name, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda s: f"{name}: {s}")
+
+
+@pytest.mark.parametrize("kind", sorted(POLICIES))
+def test_backend_every_policy(kind, fresh_compile_state):
+    """No fallback, no error: the constants travel by reference, every policy applies."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a fallback would warn
+        _compile_step({"compiler": "aot_eager", "policy": POLICIES[kind]})
+
+
+@pytest.mark.parametrize("partitioner", ["mincut", "default"])
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_backend_partitioners(partitioner, compiler, fresh_compile_state):
+    _compile_step({"compiler": compiler, "partitioner": partitioner})
+
+
+def test_backend_inductor_with_policy(fresh_compile_state):
+    _compile_step({"compiler": "inductor", "policy": P_nothing()})
+
+
+def P_nothing():
+    return POLICIES["nothing_saveable"]
+
+
+def test_partition_fn_keeps_constants_by_reference():
+    """The document handed to C++ holds the constants' facts, not their bytes; the
+    emitted modules read the joint module's own tensors."""
+    program = programs.build("t5_shift_right")
+    joint = fxremat.export_joint(program.fn, *program.args)
+    doc = to_json(joint.gm, kind="joint", num_fwd_outputs=joint.num_fwd_outputs, constants="reference")
+    assert set(doc["constants"]) == {"_tensor_constant0", "_tensor_constant1"}
+    assert all(c.get("by_reference") is True and "data" not in c for c in doc["constants"].values())
+    fw, bw = fxremat.partition_fn(policy=P_nothing())(joint.gm, None, num_fwd_outputs=joint.num_fwd_outputs)
+    reads = {n.target for g in (fw, bw) for n in g.graph.nodes if n.op == "get_attr"}
+    assert reads == {"_tensor_constant0", "_tensor_constant1"}
+    for g in (fw, bw):
+        for n in g.graph.nodes:
+            if n.op == "get_attr":
+                assert getattr(g, n.target) is getattr(joint.gm, n.target)
+
+
+def test_format_round_trip_inline(tmp_path):
+    program = programs.build("t5_shift_right")
+    joint = fxremat.export_joint(program.fn, *program.args)
+    doc = joint.to_json()
+    assert doc["version"] == [1, 2]
+    assert doc["constants"]["_tensor_constant0"]["data"] == "AgAAAAAAAAA="  # int64 2, the start id
+    gm = from_json(json.loads(json.dumps(doc)))
+    assert torch.equal(gm._tensor_constant1, joint.gm._tensor_constant1)
+    path = tmp_path / "t5.json.gz"
+    joint.save(path)
+    assert not (tmp_path / sidecar_name(path)).exists()  # small: inline
+
+
+VALUES = [float((i * 37) % 101) / 101 for i in range(8400)]  # 67,200 bytes as float64: over 64 KiB
+
+
+def big_constant(x):
+    scale = torch.tensor(VALUES, dtype=torch.float64).reshape(40, 210)
+    return (torch.sin(x) * scale).sum()
+
+
+@pytest.fixture(scope="module")
+def big_joint():
+    return fxremat.export_joint(big_constant, torch.randn(40, 210, dtype=torch.float64, requires_grad=True),
+                                name="big_constant")
+
+
+def test_large_constant_goes_to_a_safetensors_sidecar(big_joint, tmp_path, repo_root):
+    from safetensors.torch import load_file
+
+    path = tmp_path / "big.json.gz"
+    big_joint.save(path)
+    sidecar = tmp_path / "big.constants.safetensors"
+    assert sidecar.exists()
+    doc = big_joint.to_json()
+    (entry,) = doc["constants"].values()
+    assert "data" in entry  # to_json inlines; save moves it
+    stored = json.loads(__import__("gzip").decompress(path.read_bytes()))
+    (stored_entry,) = stored["constants"].values()
+    assert stored_entry["file"] == "big.constants.safetensors" and "data" not in stored_entry
+    # the ecosystem's reader agrees, and so does ours
+    (key,) = stored["constants"]
+    want = getattr(big_joint.gm, key)
+    assert want.numel() * want.element_size() > 64 * 1024
+    assert torch.equal(load_file(str(sidecar))[key], want)
+    assert torch.equal(getattr(fxremat.load(path), key), want)
+    # the C++ reader and writer: partition, verify, and the same sidecar bytes out
+    cli = repo_root / "build" / "fxremat"
+    out = tmp_path / "out"
+    r = subprocess.run([str(cli), "partition", str(path), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    produced = sorted(p.name for p in out.iterdir())
+    assert "forward.constants.safetensors" in produced
+    assert (out / "forward.constants.safetensors").read_bytes() == sidecar.read_bytes()
+    r = subprocess.run([str(cli), "verify", str(path), str(out)], capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+
+
+def test_missing_sidecar_is_a_located_error(big_joint, tmp_path, repo_root):
+    path = tmp_path / "big.json.gz"
+    big_joint.save(path)
+    (tmp_path / "big.constants.safetensors").unlink()
+    with pytest.raises(fxremat.FormatError, match=r"big.constants.safetensors"):
+        fxremat.load(path)
+    r = subprocess.run([str(repo_root / "build" / "fxremat"), "inspect", str(path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "big.constants.safetensors" in r.stderr, r.stderr
+
+
+def test_non_tensor_constant_only_by_reference():
+    import torch.fx as fx
+
+    class Holder:
+        pass
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    g.get_attr("obj")
+    g.output((x,))
+    root = torch.nn.Module()
+    root.obj = Holder()
+    gm = fx.GraphModule(root, g)
+    x_node = next(iter(gm.graph.nodes))
+    x_node.meta["val"] = torch.empty(2)
+    doc = to_json(gm, constants="reference")
+    assert doc["constants"]["obj"] == {"opaque": f"{Holder.__module__}.{Holder.__qualname__}"}
+    with pytest.raises(fxremat.UnsupportedGraphError, match="tensor constants only"):
+        to_json(gm)
+
+
+# ---- through the CLI, every policy, and real inputs ----------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(POLICIES))
+def test_cli_partition_and_verify_every_policy(kind, repo_root, tmp_path):
+    cli = repo_root / "build" / "fxremat"
+    graph = repo_root / "testdata" / "t5_shift_right.json.gz"
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text(json.dumps(POLICIES[kind].to_json()))
+    out = tmp_path / "out"
+    r = subprocess.run([str(cli), "partition", str(graph), "-o", str(out), "--policy-file", str(policy_file)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(cli), "verify", str(graph), str(out)], capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+
+
+def test_verify_with_real_inputs(repo_root, tmp_path):
+    """--inputs feeds the program's real labels (with the -100 ignore index the random
+    draw leaves out); a wrong key or shape is bad input (exit 2)."""
+    from safetensors.torch import save_file
+
+    cli = repo_root / "build" / "fxremat"
+    graph = repo_root / "testdata" / "t5_shift_right.json.gz"
+    out = tmp_path / "out"
+    subprocess.run([str(cli), "partition", str(graph), "-o", str(out), "--policy", "nothing_saveable"], check=True,
+                   capture_output=True)
+    labels = programs.build("t5_shift_right").args[0]
+    assert (labels == -100).any()
+    good = tmp_path / "inputs.safetensors"
+    save_file({"args[0]": labels.contiguous()}, str(good))
+    pt = tmp_path / "inputs.pt"
+    torch.save({"primals_6": labels, "tangents_1": torch.tensor(1.0)}, pt)
+    for f, n in ((good, 1), (pt, 2)):
+        r = subprocess.run([str(cli), "verify", str(graph), str(out), "--inputs", str(f)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+        assert f"inputs: {n} from {f}" in r.stdout
+    bad_key = tmp_path / "bad_key.safetensors"
+    save_file({"args[1]": labels.contiguous()}, str(bad_key))
+    r = subprocess.run([str(cli), "verify", str(graph), str(out), "--inputs", str(bad_key)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "'args[1]' names no input" in r.stderr, r.stderr
+    bad_shape = tmp_path / "bad_shape.safetensors"
+    save_file({"args[0]": labels[:, :3].contiguous()}, str(bad_shape))
+    r = subprocess.run([str(cli), "verify", str(graph), str(out), "--inputs", str(bad_shape)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "input 'primals_6' is int64[2, 6]" in r.stderr, r.stderr
