@@ -18,13 +18,16 @@ Expected<bool> CleanupRecomputeTags(Graph& graph, bool is_default_partition) {
   for (const auto& up : graph.nodes()) {
     Node& node = *up;
     if (MustRecompute(node)) {
+      bool user_recomputes = false;
       for (Node* user : node.users()) {
+        user_recomputes = user_recomputes || MustRecompute(*user);
         if (MustRecompute(*user) && user->meta().ac_graph_id && node.meta().ac_graph_id &&
-            *user->meta().ac_graph_id > *node.meta().ac_graph_id) {
+            *user->meta().ac_graph_id > *node.meta().ac_graph_id)
           make_must_save(node);
-          break;
-        }
       }
+      // A region output with a backward hook (FSDP's all-gather hooks) is saved:
+      // recomputing it would need its own gradient's hook first, a cycle.
+      if (node.meta().has_backward_hook && !user_recomputes) make_must_save(node);
       continue;
     }
     if (!is_default_partition || node.meta().ac_graph_id || node.isOutput()) continue;

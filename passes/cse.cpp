@@ -3,6 +3,8 @@
 // are never merged across (the reference's mutation_region_id).
 #include "passes/cse.h"
 
+#include "fxremat/op_categories.h"
+
 #include <algorithm>
 
 #include <cmath>
@@ -15,15 +17,6 @@ namespace fxremat {
 
 namespace {
 
-// The reference's rand_ops (compile_utils.py), by overload packet.
-bool IsRandomPacket(std::string_view target) {
-  static const std::unordered_set<std::string_view> kRandom = {
-      "aten.dropout", "aten._fused_dropout", "aten._standard_gamma", "aten.bernoulli",
-      "aten.multinomial", "aten.native_dropout", "aten.normal", "aten.poisson", "aten.binomial",
-      "aten.rrelu", "aten.rand_like", "aten.rand", "aten.randint", "aten.randn", "aten.randperm"};
-  size_t last_dot = target.rfind('.');
-  return last_dot != std::string_view::npos && kRandom.count(target.substr(0, last_dot));
-}
 
 bool IsMutationOp(const Node& n) {
   const OpInfo* info = n.opInfo();
@@ -74,7 +67,7 @@ std::vector<std::pair<Node*, Node*>> FindDuplicates(const Graph& graph) {
   for (const auto& up : graph.nodes()) {
     Node* n = up.get();
     if (IsMutationOp(*n)) ++region;
-    if (!n->isCallFunction() || IsRandomPacket(n->target()) || n->target().rfind("aten.empty.", 0) == 0) continue;
+    if (!n->isCallFunction() || InRandOps(n->target()) || n->target().rfind("aten.empty.", 0) == 0) continue;
     if (n->val().is_tensor() && output_storages.count(n->val().tensor.storage)) continue;
     key = fmt::format("{}#{}(", region, n->target());
     bool hashable = true;

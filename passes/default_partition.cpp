@@ -11,7 +11,10 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/op_categories.h"
 #include "passes/cleanup_recompute_tags.h"
+#include "passes/force_saves.h"
+#include "passes/min_cut_partition.h"
 #include "passes/protect_mutations.h"
 #include "src/partition_internal.h"
 
@@ -25,14 +28,6 @@ bool IsMultiOutput(const Node& n) {
 }
 
 
-// Assertion and profiler ops are safe to leave out of the saved set.
-bool IsSkippedOp(const Node& n) {
-  static const std::unordered_set<std::string> kSkipped = {
-      "aten._assert_scalar.default", "aten._assert_async.default", "aten._assert_async.msg",
-      "profiler._record_function_enter_new.default", "profiler._record_function_enter.default",
-      "profiler._record_function_exit.default", "profiler._record_function_exit._RecordFunction"};
-  return n.isCallFunction() && kSkipped.count(n.target());
-}
 
 
 }  // namespace
@@ -73,7 +68,7 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
   };
   for (const auto& up : joint.nodes()) {
     Node* n = up.get();
-    if (!is_forward[n->index()] || IsSkippedOp(*n)) continue;
+    if (!is_forward[n->index()] || (n->isCallFunction() && InDefaultPartitionSkippedOps(n->target()))) continue;
     if (n->op() == OpKind::kGetAttr) continue;
     if (IsSymNode(*n)) {
       // Symints are saved apart from tensors (Note [AOTAutograd runtime contract]).
@@ -105,7 +100,11 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
     }
     // Note [Mutated inputs]: a value that reads overwritten data is saved even
     // when tagged for recompute (CheckMutationDemands refused MUST_RECOMPUTE).
-    if (!MustRecompute(*n) || !n->meta().reads_mutated.empty()) add_unique(saved_values, n);
+    // A random op (or one of its results) is saved even when a checkpoint region
+    // tags it for recompute: replaying it would draw new numbers, and fxremat
+    // does not replay RNG state (Note [Policy demands in the cut]).
+    const bool random = IsRandomOp(*n) || (n->isGetItem() && !n->inputs().empty() && IsRandomOp(*n->inputs()[0]));
+    if (!MustRecompute(*n) || !n->meta().reads_mutated.empty() || random) add_unique(saved_values, n);
   }
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(),
                                   [](Node* n) { return IsAssertOnlySymBool(*n); }),
@@ -114,29 +113,58 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
   return saved_values;
 }
 
+namespace {
+
+// The reference's _is_functional_graph (functional_utils.py): the first
+// mutating op other than a copy_ / set_ into a graph input, or nullptr.
+const Node* FirstNonFunctionalNode(const Graph& joint) {
+  for (const auto& up : joint.nodes()) {
+    const Node& n = *up;
+    if (!n.isCallFunction()) continue;
+    const std::string& t = n.target();
+    if (t == "aten.copy_.default" || t == "aten.set_.source_Tensor" || t == "fsdp.copy_.default") {
+      if (n.args().empty() || !n.args()[0].is_node() || !n.args()[0].node->isPlaceholder()) return &n;
+      continue;
+    }
+    const OpInfo* info = n.opInfo();
+    if (info && info->hasSchema() && info->schema.isMutable()) return &n;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 Expected<Partition> DefaultPartition(const Graph& joint) {
   FXREMAT_ASSIGN_OR_RETURN(bool has_recomputable_ops, HasRecomputableOps(joint));
-  if (has_recomputable_ops && HasForwardMutations(joint)) {
-    // Only recompute tags can make the default partition recompute a value.
-    std::unique_ptr<Graph> marked = CloneGraph(joint);
-    FXREMAT_RETURN_IF_ERROR(ProtectMutations(*marked).status());
-    FXREMAT_RETURN_IF_ERROR(CheckMutationDemands(*marked));
-    FXREMAT_ASSIGN_OR_RETURN(bool changed, CleanupRecomputeTags(*marked, /*is_default_partition=*/true));
-    (void)changed;
-    FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(*marked));
-    return ExtractPartition(*marked, saved, "default");
+  if (has_recomputable_ops) {
+    if (const Node* culprit = FirstNonFunctionalNode(joint)) {
+      // As the reference: checkpointing a non-functional graph falls back to the min cut, with a warning.
+      FXREMAT_ASSIGN_OR_RETURN(Partition p, MinCutPartition(joint, MinCutOptions{}));
+      p.signature.notes.push_back(fmt::format(
+          "the default partitioner cannot apply activation checkpointing to a graph that is not functional (node "
+          "'{}', {}); the min-cut partitioner partitioned it, as PyTorch's default_partition falls back",
+          culprit->name(), culprit->target()));
+      return p;
+    }
   }
-  if (!has_recomputable_ops) {
+  const bool has_mutations = HasForwardMutations(joint);
+  const bool has_forced = NeedsForcedSaves(joint);
+  if (!has_recomputable_ops && !has_forced && !has_mutations) {
     FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(joint));
     return ExtractPartition(joint, saved, "default");
   }
-  // Activation-checkpoint tags are fixed up on a copy: region inputs and
-  // region-to-region boundaries become MUST_SAVE, as in the reference.
-  std::unique_ptr<Graph> tagged = CloneGraph(joint);
-  FXREMAT_ASSIGN_OR_RETURN(bool changed, CleanupRecomputeTags(*tagged, /*is_default_partition=*/true));
-  (void)changed;
-  FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(*tagged));
-  return ExtractPartition(*tagged, saved, "default");
+  // Tags are fixed up on a copy: checkpoint-region inputs and region-to-region
+  // boundaries become MUST_SAVE, as in the reference, and so do forced saves.
+  std::unique_ptr<Graph> g = CloneGraph(joint);
+  if (has_mutations && has_recomputable_ops) {
+    // Only recompute tags can make the default partition recompute a value.
+    FXREMAT_RETURN_IF_ERROR(ProtectMutations(*g).status());
+    FXREMAT_RETURN_IF_ERROR(CheckMutationDemands(*g));
+  }
+  if (has_recomputable_ops) FXREMAT_RETURN_IF_ERROR(CleanupRecomputeTags(*g, /*is_default_partition=*/true).status());
+  if (has_forced) FXREMAT_RETURN_IF_ERROR(ForceSaves(*g).status());
+  FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(*g));
+  return ExtractPartition(*g, saved, "default");
 }
 
 }  // namespace fxremat

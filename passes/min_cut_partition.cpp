@@ -42,10 +42,13 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/op_categories.h"
 #include "fxremat/policy.h"
 #include "passes/cleanup_recompute_tags.h"
 #include "passes/cse.h"
 #include "passes/default_partition.h"
+#include "passes/eliminate_dead_code.h"
+#include "passes/force_saves.h"
 #include "passes/protect_mutations.h"
 #include "src/partition_internal.h"
 
@@ -56,68 +59,6 @@ namespace {
 // ---------------------------------------------------------------------------
 // Op categories (the reference's get_default_op_list), by overload packet.
 // ---------------------------------------------------------------------------
-
-std::string_view Packet(const Node& n) {
-  std::string_view t = n.target();
-  if (t.rfind("_operator.", 0) == 0 || t.rfind("math.", 0) == 0 || t.rfind("builtins.", 0) == 0 ||
-      t.rfind("torch.", 0) == 0)
-    return t;
-  size_t last_dot = t.rfind('.');
-  return last_dot == std::string_view::npos ? t : t.substr(0, last_dot);
-}
-
-bool IsPythonCallable(std::string_view t) {
-  return t.rfind("_operator.", 0) == 0 || t.rfind("math.", 0) == 0 || t.rfind("builtins.", 0) == 0 ||
-         t.rfind("torch.", 0) == 0;
-}
-
-const std::unordered_set<std::string_view>& RecomputableList() {
-  static const std::unordered_set<std::string_view> kList = {
-      "aten.add", "aten.sub", "aten.div", "aten.atan2", "aten.mul", "aten.max", "aten.min", "aten.pow",
-      "aten.remainder", "aten.fmod", "aten.__and__", "aten.__or__", "aten.__xor__", "aten.__lshift__",
-      "aten.__rshift__", "aten.eq", "aten.ne", "aten.ge", "aten.gt", "aten.le", "aten.lt", "aten.abs",
-      "aten.bitwise_not", "aten.ceil", "aten.floor", "aten.frac", "aten.neg", "aten.relu", "aten.round",
-      "aten.silu", "aten.trunc", "aten.log", "aten.log10", "aten.log1p", "aten.log2", "aten.lgamma",
-      "aten.exp", "aten.expm1", "aten.erf", "aten.erfc", "aten.cos", "aten.acos", "aten.cosh", "aten.sin",
-      "aten.asin", "aten.sinh", "aten.tan", "aten.atan", "aten.tanh", "aten.atanh", "aten.sqrt",
-      "aten.rsqrt", "aten.reciprocal", "aten.sigmoid", "aten.softplus", "aten.threshold",
-      "aten.threshold_backward", "aten.clamp", "aten.where", "aten.lerp", "aten.addcmul", "aten.gelu",
-      "aten.gelu_backward", "aten.sum", "aten.mean", "aten._grad_sum_to_size", "aten.sum_to_size",
-      "aten.amax", "aten.to", "aten.type_as", "_operator.getitem", "aten.squeeze", "aten.unsqueeze",
-      "aten.rsub", "aten._to_copy",
-      // recomputable view ops
-      "aten.alias", "aten.view", "aten.slice", "aten.t", "prims.broadcast_in_dim", "aten.expand",
-      "aten.as_strided", "aten.permute", "aten.select", "aten.split",
-      // second list
-      "prims.div", "prims.convert_element_type", "prims.prepare_softmax_online", "aten.clone",
-      "aten.full_like", "prims.var", "prims.sum", "aten.var", "aten.std", "aten._unsafe_view",
-      "aten.reshape", "aten.broadcast_tensors", "aten.scalar_tensor", "aten.ones", "aten.new_zeros",
-      "aten.lift_fresh_copy", "aten.arange", "aten.triu", "aten.var_mean", "aten.isinf", "aten.any",
-      "aten.full", "aten.zeros", "aten.empty", "aten.empty_like", "aten.argmax", "aten.maximum",
-      "prims.iota", "prims._low_memory_max_pool_offsets_to_indices", "aten.index", "aten.gather",
-      "aten.zeros_like"};
-  return kList;
-}
-
-bool IsViewPacket(std::string_view p) {
-  static const std::unordered_set<std::string_view> kViews = {
-      "aten.squeeze", "aten.unsqueeze", "aten.alias", "aten.view", "aten.slice", "aten.t",
-      "prims.broadcast_in_dim", "aten.expand", "aten.as_strided", "aten.permute", "aten.select", "aten.split"};
-  return kViews.count(p) > 0;
-}
-
-bool IsRandomPacket(std::string_view p) {
-  return p == "aten.native_dropout" || p == "aten.rand_like" || p == "aten.randn_like";
-}
-
-bool IsComputeIntensivePacket(std::string_view p) {
-  static const std::unordered_set<std::string_view> kList = {
-      "aten.mm", "aten.convolution", "aten.convolution_backward", "aten.bmm", "aten.addmm",
-      "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
-      "aten._flash_attention_forward", "aten._efficient_attention_forward", "aten.upsample_bilinear2d",
-      "aten._scaled_mm"};
-  return kList.count(p) > 0;
-}
 
 // Per-node op categories, computed once.
 struct OpCategory {
@@ -132,16 +73,16 @@ struct OpCategory {
 OpCategory Categorize(const Node& n) {
   OpCategory c;
   if (!n.isCallFunction()) return c;
-  std::string_view p = Packet(n);
+  std::string_view p = PacketOf(n.target());
   const OpInfo* info = n.opInfo();
   // Python callables in aten graphs are SymInt arithmetic (the reference's
   // magic methods) and getitem: all recomputable.
-  c.recomputable = IsPythonCallable(n.target()) || RecomputableList().count(p) ||
+  c.recomputable = IsPythonCallableTarget(n.target()) || InDefaultRecomputableOps(p) ||
                    (info && info->packetHasTag("pointwise"));
-  c.random = IsRandomPacket(p);
+  c.random = InDefaultRandomOps(p);
   c.fusible = c.recomputable || c.random;
-  c.compute_intensive = IsComputeIntensivePacket(p);
-  c.view = IsViewPacket(p);
+  c.compute_intensive = InDefaultComputeIntensiveOps(p);
+  c.view = InDefaultViewOps(p);
   c.cat = p == "aten.cat";
   return c;
 }
@@ -668,27 +609,33 @@ Expected<Partition> PartitionPrepared(const Graph& g, const MinCutOptions& optio
 }  // namespace
 
 Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& options) {
+  if (options.static_lifetime_input_indices) {
+    int64_t primals = 0;
+    for (const Node* p : joint.placeholders()) primals += p->role() == PlaceholderRole::kPrimal;
+    for (int64_t k : *options.static_lifetime_input_indices)
+      if (k < 0 || k >= primals)
+        return Status::BadInput(fmt::format("index {} is out of range of the graph's {} primals", k, primals),
+                                "static_lifetime_input_indices");
+  }
   FXREMAT_ASSIGN_OR_RETURN(bool has_recomputable, HasRecomputableOps(joint));
-  bool has_collectives = false;
-  for (const auto& up : joint.nodes())
-    has_collectives = has_collectives || up->target().rfind("_c10d_functional.", 0) == 0;
-  // The reference mutates the joint graph (CSE, tags, forced saves); fxremat
-  // works on a copy, made only when one of those steps has something to change.
-  const bool has_duplicates = options.cse && !FindCommonSubexpressions(joint).empty();
+  // The reference mutates the joint graph (dead code, CSE, tags, forced saves);
+  // fxremat works on a copy, made only when one of those steps has something
+  // to change.
+  const bool has_dead = !FindDeadCode(joint).empty();
+  const bool has_duplicates = options.cse && (has_dead || !FindCommonSubexpressions(joint).empty());
+  const bool has_forced = NeedsForcedSaves(joint);
   const bool has_mutations = HasForwardMutations(joint);
   bool has_demands = options.policy.has_value();
   for (const auto& up : joint.nodes())
     has_demands = has_demands || !up->meta().recompute.empty() || up->meta().offload_requested;
-  if (!has_recomputable && !has_collectives && !has_duplicates && !has_demands && !has_mutations)
+  if (!has_recomputable && !has_dead && !has_duplicates && !has_forced && !has_demands && !has_mutations)
     return PartitionPrepared(joint, options);
   std::unique_ptr<Graph> g = CloneGraph(joint);
+  if (has_dead) FXREMAT_RETURN_IF_ERROR(EliminateDeadCode(*g).status());
   if (has_duplicates) FXREMAT_RETURN_IF_ERROR(EliminateCommonSubexpressions(*g).status());
   if (has_mutations) FXREMAT_RETURN_IF_ERROR(ProtectMutations(*g).status());
   if (has_recomputable) FXREMAT_RETURN_IF_ERROR(CleanupRecomputeTags(*g, /*is_default_partition=*/false).status());
-  // Collectives are saved, never recomputed (unless a checkpoint region says so).
-  for (const auto& up : g->nodes())
-    if (up->isCallFunction() && up->target().rfind("_c10d_functional.", 0) == 0 && !MustRecompute(*up))
-      up->meta().recompute = "MUST_SAVE";
+  if (has_forced) FXREMAT_RETURN_IF_ERROR(ForceSaves(*g).status());
   // Policy, tags and annotations become one decision per value.
   if (has_demands)
     FXREMAT_RETURN_IF_ERROR(ApplyPolicy(*g, options.policy ? &*options.policy : nullptr).status());

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/op_categories.h"
 #include "fxremat/partition.h"
 #include "partition_internal.h"
 
@@ -34,9 +35,7 @@ bool MustRecompute(const Node& n) {
 
 bool IsRandomOp(const Node& n) {
   if (!n.isCallFunction()) return false;
-  const std::string_view t = n.target();
-  for (std::string_view packet : {"aten.native_dropout.", "aten.rand_like.", "aten.randn_like."})
-    if (t.rfind(packet, 0) == 0) return true;
+  if (InDefaultRandomOps(PacketOf(n.target()))) return true;
   const OpInfo* info = n.opInfo();
   return info && info->hasTag("nondeterministic_seeded");
 }

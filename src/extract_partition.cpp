@@ -6,8 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/op_categories.h"
 #include "fxremat/partition.h"
 #include "partition_internal.h"
+#include "passes/order_saved_values.h"
 
 namespace fxremat {
 
@@ -16,11 +18,9 @@ bool IsAnnotationOp(std::string_view target) {
          target == "fxremat.checkpoint_name.default";
 }
 
-bool IsImpure(const Node& n) {
-  if (!n.isCallFunction()) return false;
-  const OpInfo* info = n.opInfo();
-  return info && info->hasSchema() && info->schema.isMutable();
-}
+// FX's notion (Node.is_impure) with random ops pure, as eliminate_dead_code
+// runs inside torch.compile's tracing context (Inductor's fallback_random off).
+bool IsImpure(const Node& n) { return n.isCallFunction() && IsFxImpure(n, /*impure_random=*/false); }
 
 std::string AnnotationName(const Node& n) {
   auto name_of = [](const Node& op) -> std::string {
@@ -197,6 +197,9 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
   };
   saved_tensors.erase(std::remove_if(saved_tensors.begin(), saved_tensors.end(), unused), saved_tensors.end());
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(), unused), saved_syms.end());
+  // The order (and the symbol bindings) AOTAutograd's runtime expects.
+  FXREMAT_RETURN_IF_ERROR(BindSavedSymbols(joint, c.tangents, saved_tensors, saved_syms).status());
+  OrderNoVcCheckLast(saved_tensors);
 
   std::vector<Node*> fw_inputs;
   std::vector<PlaceholderRole> fw_roles;
@@ -249,6 +252,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
       v.names.push_back(legacy);
     if (!v.names.empty()) v.annotation = v.names.front();
     v.decision = s->meta().recompute;
+    v.no_vc_check = kind == SavedValue::Kind::kTensor && s->meta().no_vc_check;
     v.origin_op = s->isCallFunction() ? s->target() : "";
     v.origin_location = OriginLocation(s->meta().stack_trace);
     v.forward_output_index = fw_index;

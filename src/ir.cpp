@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <set>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -314,6 +315,34 @@ std::string Graph::uniqueName(std::string_view base) const {
   return candidate;
 }
 
+Status Graph::reorderNodes(const std::vector<Node*>& order) {
+  if (order.size() != nodes_.size())
+    return Status::Internal(fmt::format("reorderNodes: {} nodes for a graph of {}", order.size(), nodes_.size()));
+  std::vector<bool> placed(nodes_.size(), false);
+  bool past_placeholders = false;
+  for (size_t k = 0; k < order.size(); ++k) {
+    Node* n = order[k];
+    if (!n || n->graph_ != this || placed[n->index_])
+      return Status::Internal("reorderNodes: not a permutation of the graph's nodes");
+    if (n->isPlaceholder() && past_placeholders)
+      return Status::Internal(fmt::format("reorderNodes: placeholder '{}' after other nodes", n->name_));
+    if (!n->isPlaceholder()) past_placeholders = true;
+    if (n->isOutput() && k + 1 != order.size()) return Status::Internal("reorderNodes: the output node is not last");
+    for (Node* input : n->inputs_)
+      if (!placed[input->index_])
+        return Status::Internal(fmt::format("reorderNodes: '{}' before its input '{}'", n->name_, input->name_));
+    placed[n->index_] = true;
+  }
+  std::vector<std::unique_ptr<Node>> reordered;
+  reordered.reserve(nodes_.size());
+  std::vector<size_t> old_index;
+  for (Node* n : order) old_index.push_back(n->index_);
+  for (size_t old : old_index) reordered.push_back(std::move(nodes_[old]));
+  nodes_ = std::move(reordered);
+  renumber(0);
+  return Status::Ok();
+}
+
 void Graph::renumber(size_t from) {
   for (size_t i = from; i < nodes_.size(); ++i) nodes_[i]->index_ = i;
 }
@@ -346,6 +375,14 @@ Status VerifyGraph(const Graph& graph) {
     if ((n.isPlaceholder() || n.isCallFunction()) &&
         n.val().kind == ValueFacts::Kind::kUnknown)
       return Status::BadInput("missing value facts (meta.val)", where);
+    static const std::set<std::string, std::less<>> kPolicies = {
+        "MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE", "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD"};
+    static const std::set<std::string, std::less<>> kTags = {"is_forward", "is_backward", "must_be_in_forward",
+                                                             "must_be_in_backward"};
+    if (!n.meta().recompute.empty() && !kPolicies.count(n.meta().recompute))
+      return Status::BadInput(fmt::format("unknown checkpoint policy '{}' (recompute tag)", n.meta().recompute), where);
+    if (!n.meta().partitioner_tag.empty() && !kTags.count(n.meta().partitioner_tag))
+      return Status::BadInput(fmt::format("unknown partitioner tag '{}'", n.meta().partitioner_tag), where);
     if (n.op() == OpKind::kGetAttr) {
       auto it = graph.constants().find(n.target());
       if (it == graph.constants().end())

@@ -413,6 +413,15 @@ Status GraphReader::ReadMeta(const json& j, const std::string& path, Node* node)
     if (!j["mutated"].is_boolean()) return Fail(path + "/mutated", "expected a boolean");
     meta.mutated = j["mutated"].get<bool>();
   }
+  if (j.contains("saved_tensor_with_no_vc_check") && !j["saved_tensor_with_no_vc_check"].is_null()) {
+    if (!j["saved_tensor_with_no_vc_check"].is_boolean())
+      return Fail(path + "/saved_tensor_with_no_vc_check", "expected a boolean");
+    meta.no_vc_check = j["saved_tensor_with_no_vc_check"].get<bool>();
+  }
+  if (j.contains("has_backward_hook") && !j["has_backward_hook"].is_null()) {
+    if (!j["has_backward_hook"].is_boolean()) return Fail(path + "/has_backward_hook", "expected a boolean");
+    meta.has_backward_hook = j["has_backward_hook"].get<bool>();
+  }
   if (j.contains("written_back_from") && !j["written_back_from"].is_null()) {
     if (!j["written_back_from"].is_number_integer() || j["written_back_from"].get<int64_t>() < 0)
       return Fail(path + "/written_back_from", "expected a forward output index");
@@ -828,6 +837,8 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string
     if (!m.names.empty()) meta["names"] = m.names;
     if (m.offload_requested) meta["offload_requested"] = true;
     if (m.mutated) meta["mutated"] = true;
+    if (m.no_vc_check) meta["saved_tensor_with_no_vc_check"] = true;
+    if (m.has_backward_hook) meta["has_backward_hook"] = true;
     if (m.written_back_from) meta["written_back_from"] = *m.written_back_from;
     if (!meta.empty()) j["meta"] = meta;
     nodes.push_back(std::move(j));

@@ -7,6 +7,9 @@
 #include "passes/emit_offload.h"
 #include "passes/fold_annotations.h"
 #include "passes/insert_barriers.h"
+#include "passes/raise_getitems.h"
+#include "passes/reorder_backward.h"
+#include "src/partition_internal.h"
 
 namespace fxremat {
 
@@ -58,6 +61,14 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   } else {
     FXREMAT_ASSIGN_OR_RETURN(p, MinCutPartition(*g, request.mincut));
   }
+  // The order AOTAutograd's reference gives its graphs: the min cut always
+  // mimics the autograd engine in the backward, the default partition when
+  // checkpoint tags made it recompute; getitems follow their producers.
+  FXREMAT_ASSIGN_OR_RETURN(bool has_recompute_tags, HasRecomputableOps(*g));
+  if (request.partitioner == "mincut" || has_recompute_tags)
+    FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
+  FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.forward).status());
+  FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.backward).status());
   FXREMAT_RETURN_IF_ERROR(EmitOffload(p, request.offload_target).status());
   if (request.barrier) FXREMAT_RETURN_IF_ERROR(InsertBarriers(p).status());
   return p;

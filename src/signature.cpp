@@ -206,6 +206,7 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
     e["names"] = s.names;
     e["decision"] = s.decision.empty() ? ojson(nullptr) : ojson(s.decision);
     e["offloaded"] = s.offloaded;
+    if (s.no_vc_check) e["no_vc_check"] = true;
     e["origin_op"] = s.origin_op.empty() ? ojson(nullptr) : ojson(s.origin_op);
     e["origin_location"] = s.origin_location.empty() ? ojson(nullptr) : ojson(s.origin_location);
     saved.push_back(std::move(e));
@@ -234,6 +235,7 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
   j["name_in_input_indices"] = in_indices;
   j["saved_bytes"] = sig.savedBytes();
   j["offloaded_bytes"] = sig.offloadedBytes();
+  if (!sig.notes.empty()) j["notes"] = sig.notes;
   return j;
 }
 
@@ -299,6 +301,7 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
       if (v.names.empty() && v.annotation) v.names.push_back(*v.annotation);
       if (s.contains("decision") && s["decision"].is_string()) v.decision = s["decision"].get<std::string>();
       if (s.contains("offloaded") && s["offloaded"].is_boolean()) v.offloaded = s["offloaded"].get<bool>();
+      if (s.contains("no_vc_check") && s["no_vc_check"].is_boolean()) v.no_vc_check = s["no_vc_check"].get<bool>();
       if (s.contains("origin_op") && s["origin_op"].is_string()) v.origin_op = s["origin_op"].get<std::string>();
       if (s.contains("origin_location") && s["origin_location"].is_string())
         v.origin_location = s["origin_location"].get<std::string>();
@@ -311,6 +314,9 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
       e.forward_output_index = t.at("forward_output_index").get<int64_t>();
       sig.tangents.push_back(std::move(e));
     }
+    if (j.contains("notes") && j["notes"].is_array())
+      for (const auto& note : j["notes"])
+        if (note.is_string()) sig.notes.push_back(note.get<std::string>());
     return sig;
   } catch (const nlohmann::json::exception& e) {
     return Status::BadInput(fmt::format("malformed signature: {}", e.what()), where);

@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "fxremat/op_categories.h"
+
 namespace fxremat::text_form {
 
 // Python's repr() of a str: single quotes unless the text holds a ' and no ".
@@ -26,9 +28,6 @@ inline std::string QuotePython(std::string_view s) {
 }
 
 // Targets that are Python callables rather than dispatcher ops.
-inline bool IsPythonCallable(std::string_view target) {
-  return target.rfind("_operator.", 0) == 0 || target.rfind("math.", 0) == 0 ||
-         target.rfind("builtins.", 0) == 0 || target.rfind("torch.sym_", 0) == 0;
-}
+inline bool IsPythonCallable(std::string_view target) { return IsPythonCallableTarget(target); }
 
 }  // namespace fxremat::text_form

@@ -354,6 +354,14 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
       meta.mutated = true;
       continue;
     }
+    if (key == "no_vc_check") {  // a flag, no value
+      meta.no_vc_check = true;
+      continue;
+    }
+    if (key == "has_backward_hook") {  // a flag, no value
+      meta.has_backward_hook = true;
+      continue;
+    }
     FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
     if (key == "tag") { FXREMAT_ASSIGN_OR_RETURN(meta.partitioner_tag, lex.ExpectIdent()); }
     else if (key == "recompute") { FXREMAT_ASSIGN_OR_RETURN(meta.recompute, lex.ExpectIdent()); }

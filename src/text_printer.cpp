@@ -108,6 +108,8 @@ std::string FormatMeta(const NodeMeta& m) {
   }
   if (m.offload_requested) parts.push_back("offload_requested");
   if (m.mutated) parts.push_back("mutated");
+  if (m.no_vc_check) parts.push_back("no_vc_check");
+  if (m.has_backward_hook) parts.push_back("has_backward_hook");
   if (m.written_back_from) parts.push_back(fmt::format("written_back_from={}", *m.written_back_from));
   if (!m.reads_mutated.empty()) parts.push_back("reads_mutated=" + m.reads_mutated);
   if (!m.stack_trace.empty()) parts.push_back("stack=" + text_form::QuotePython(m.stack_trace));

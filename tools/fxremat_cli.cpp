@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/inspect.h"
+#include "fxremat/op_categories.h"
 #include "fxremat/partition.h"
 #include "fxremat/pipeline.h"
 #include "fxremat/policy.h"
@@ -79,10 +80,7 @@ bool NeedsOpFacts(const Graph& graph) {
   for (const auto& up : graph.nodes()) {
     const Node& n = *up;
     if (!n.isCallFunction() || n.opInfo() != nullptr || IsAnnotationOp(n.target())) continue;
-    const std::string& t = n.target();
-    if (t.rfind("_operator.", 0) == 0 || t.rfind("math.", 0) == 0 || t.rfind("builtins.", 0) == 0 ||
-        t.rfind("torch.", 0) == 0)
-      continue;
+    if (IsPythonCallableTarget(n.target())) continue;
     return true;
   }
   return false;
@@ -243,6 +241,7 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
   auto partition = PartitionFile(path, flags);
   if (!partition.ok()) return Fail(partition.status());
   const Partition& p = *partition;
+  for (const std::string& note : p.signature.notes) std::cerr << "fxremat: warning: " << note << "\n";
   if (!out_dir.empty()) {
     // Constants over 64 KiB go to a safetensors file beside each graph (docs/format.md).
     GraphFiles fw = GraphToJsonFiles(*p.forward, SidecarNameFor("forward.json"));

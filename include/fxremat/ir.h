@@ -192,6 +192,13 @@ struct NodeMeta {
   // mutates (the name of that value): it is never recomputed in the backward,
   // where it would read the mutated data. Derived, not stored in the format.
   std::string reads_mutated;
+  // AOTAutograd's meta["saved_tensor_with_no_vc_check"]: if saved, the value is
+  // stashed on ctx without a version-counter check, so it goes after the other
+  // saved tensors (passes/order_saved_values.h).
+  bool no_vc_check = false;
+  // Dynamo's meta["has_backward_hook"]: a tensor hook runs on this value's
+  // gradient (cleanup_recompute_tags saves such a region output).
+  bool has_backward_hook = false;
   bool operator==(const NodeMeta&) const = default;
 };
 
@@ -344,6 +351,13 @@ class Graph {
   //   Execute: eraseNodes({%a, %b})
   //   Result:  %c = h(%x)
   void eraseNodes(const std::vector<Node*>& nodes);
+  // Puts the nodes in `order`, a permutation of all of them in which every node
+  // comes after its inputs, placeholders first and the output node last;
+  // anything else is an internal error and leaves the graph unchanged.
+  //   Given:   %a = placeholder; %b = f(%a); %c = g(%a); return (%b, %c)
+  //   Execute: reorderNodes({%a, %c, %b, output})
+  //   Result:  %a = placeholder; %c = g(%a); %b = f(%a); return (%b, %c)
+  Status reorderNodes(const std::vector<Node*>& order);
   // A name not yet used in the graph, derived from `base` FX-style (base, base_1, ...).
   std::string uniqueName(std::string_view base) const;
 

@@ -40,6 +40,10 @@ struct SavedValue {
   // Saved in host memory: the forward copies it to host, the backward reloads it
   // (Note [Offload] in passes/emit_offload.h). `facts` stay the device value's.
   bool offloaded = false;
+  // Stashed on ctx without a version-counter check (AOTAutograd's
+  // SavedForBackwardsNoVcCheckAOTOutput); such tensors come last among the
+  // saved tensors (passes/order_saved_values.h).
+  bool no_vc_check = false;
   std::string origin_op;        // joint-graph target that computed it ("aten.sin.default"); "" for inputs
   std::string origin_location;  // "file.py:12 (fn)" from the stack trace, "" when unknown
   int64_t forward_output_index = -1;
@@ -89,6 +93,9 @@ struct Signature {
   std::vector<ForwardOutputEntry> forward_outputs;
   std::vector<SavedValue> saved;  // in forward-output order: tensors, then symints
   std::vector<TangentEntry> tangents;
+  // What the partitioner wants the user to know (a fallback it took, a demand
+  // it could not honour as asked); front ends show them as warnings.
+  std::vector<std::string> notes;
   int64_t savedBytes() const;    // every saved value (device and host)
   int64_t offloadedBytes() const;  // the offloaded ones
 };

@@ -608,6 +608,10 @@ def _encode_meta(enc: _Encoder, node: fx.Node, where: str, val: Any = None) -> d
     vr = meta.get("value_range")
     if vr is not None:
         out["value_range"] = [int(vr[0]), int(vr[1])]
+    if meta.get("saved_tensor_with_no_vc_check"):
+        out["saved_tensor_with_no_vc_check"] = True
+    if meta.get("has_backward_hook"):
+        out["has_backward_hook"] = True
     return out
 
 
@@ -1170,6 +1174,16 @@ def from_json(doc: Any, base_dir: str | None = None) -> fx.GraphModule:
                 _expect(isinstance(vr, list) and len(vr) == 2 and all(_is_int(x) for x in vr),
                         f"{where}.meta.value_range", f"expected [low, high), got {vr!r}")
                 node.meta["value_range"] = tuple(vr)
+            nvc = meta_j.get("saved_tensor_with_no_vc_check")
+            if nvc is not None:
+                _expect(isinstance(nvc, bool), f"{where}.meta.saved_tensor_with_no_vc_check", "expected a boolean")
+                if nvc:
+                    node.meta["saved_tensor_with_no_vc_check"] = True
+            hook = meta_j.get("has_backward_hook")
+            if hook is not None:
+                _expect(isinstance(hook, bool), f"{where}.meta.has_backward_hook", "expected a boolean")
+                if hook:
+                    node.meta["has_backward_hook"] = True
             mut = meta_j.get("mutated")
             if mut is not None:
                 _expect(isinstance(mut, bool), f"{where}.meta.mutated", "expected a boolean")

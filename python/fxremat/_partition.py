@@ -202,6 +202,10 @@ def partition(
         opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
     # Dicts cross the extension boundary directly: no JSON text on this path.
     fw_doc, bw_doc, signature = partition_document(_document(joint), partitioner, opts, request)
+    for note in signature.get("notes") or ():
+        import warnings
+
+        warnings.warn(f"fxremat: {note}", stacklevel=2)
     return Partition(forward=from_json(fw_doc), backward=from_json(bw_doc), signature=signature)
 
 

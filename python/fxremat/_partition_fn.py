@@ -19,24 +19,16 @@ descriptors are the ones AOTAutograd traced). Only where a joint argument refers
 node the C++ CSE merged away is the document consulted, for the representative's name.
 No fake tensor is rebuilt and nothing is re-traced.
 
-While building, Python applies what PyTorch's ``min_cut_rematerialization_partition``
-does after extraction and the C++ library does not model:
-
-- the backward's node order mimics the autograd engine
-  (``reordering_to_mimic_autograd_engine``: recomputed forward ops right before their
-  first backward use, not all up front), computed on the document before any node is
-  created, so nodes are created once;
-- ``getitem`` nodes are raised to right after their producer (``raise_getitems``);
-- saved tensors marked ``saved_tensor_with_no_vc_check`` go last among the tensors;
-- with symbolic shapes, the symbol-binding nodes (``SymInt`` primals, unbacked-symbol
-  producers) of every symbol in a saved tensor's or tangent's shape are saved too, as
-  ``_extract_fwd_bwd_modules`` does, so the backward compiler can bind them.
-
-Positions are then checked against the signature (the one returned, renumbered when
-one of the last two steps moved anything). The modules honour AOTAutograd's runtime
-contract (Note [AOTAutograd runtime contract] in ``include/fxremat/partition.h``):
-forward outputs = user outputs, saved tensors, saved symints; backward inputs = saved
-symints, saved tensors, tangents.
+Python decides nothing: the C++ pipeline already ordered both graphs as PyTorch's
+``min_cut_rematerialization_partition`` does after extraction (the backward mimics the
+autograd engine, ``passes/reorder_backward.h``; getitems follow their producers,
+``passes/raise_getitems.h``) and settled the saved values (symbol-binding SymInts under
+dynamic shapes, no-vc-check tensors last: ``passes/order_saved_values.h``). The modules
+are built entry for entry, in the documents' order, so ``fxremat partition`` and this
+``partition_fn`` emit the same graphs. Positions are then checked against the
+signature. The modules honour AOTAutograd's runtime contract (Note [AOTAutograd runtime
+contract] in ``include/fxremat/partition.h``): forward outputs = user outputs, saved
+tensors, saved symints; backward inputs = saved symints, saved tensors, tangents.
 
 Records of every partition (time per phase, saved bytes) are kept for reports:
 :func:`partition_records`.
@@ -308,46 +300,6 @@ def _refs(a: Any, out: list[str]) -> None:
                     _refs(v, out)
 
 
-def _autograd_order(entries: list[dict]) -> list[dict]:
-    """The backward's nodes in the order ``reordering_to_mimic_autograd_engine`` gives
-    (torch/_functorch/partitioners.py), computed on the document's node list."""
-    order = {e["name"]: i for i, e in enumerate(entries)}
-    inputs: dict[str, list[str]] = {}
-    first_bwd = len(entries)
-    tangents = {e["name"] for e in entries if e["op"] == "placeholder" and e.get("role") == "tangent"}
-    for i, e in enumerate(entries):
-        ins: list[str] = []
-        _refs(e.get("args", ()), ins)
-        _refs(e.get("kwargs", {}), ins)
-        inputs[e["name"]] = ins
-        if i < first_bwd and e["op"] != "placeholder" and any(r in tangents for r in ins):
-            first_bwd = i
-    if first_bwd == len(entries):  # no node uses a tangent: keep the order
-        return entries
-    out = [e for e in entries if e["op"] == "placeholder"]
-    emitted = {e["name"] for e in out}
-
-    def insert(name: str) -> None:
-        stack = [name]
-        found: set[str] = set()
-        while stack:
-            n = stack.pop()
-            if n in found or n in emitted:
-                continue
-            found.add(n)
-            stack.extend(inputs[n])
-        for n in sorted(found, key=order.__getitem__):
-            out.append(entries[order[n]])
-            emitted.add(n)
-
-    for e in entries[:first_bwd]:
-        if e["op"] == "call_function" and e.get("target") == "aten.copy_.default":
-            insert(e["name"])
-    for e in entries[first_bwd:]:
-        insert(e["name"])
-    return out
-
-
 def _map_with_doc(a: Any, j: Any, env: dict[str, fx.Node], where: str) -> Any:
     """Maps a joint-graph argument, taking node references from the document's
     argument at the same position (where the C++ CSE replaced a duplicate)."""
@@ -447,6 +399,20 @@ def _fake_run(target: Any, args: tuple, kwargs: dict) -> Any:
         return None
 
 
+def _sync_recompute(meta: dict, entry: dict) -> None:
+    """The checkpoint decision C++ settled for a node (recompute-tag cleanup, forced
+    saves, the policy) replaces the joint node's tag, as PyTorch's partitioners leave
+    their updated tags in the emitted graphs."""
+    rc = (entry.get("meta") or {}).get("recompute")
+    have = meta.get("recompute")
+    if rc is None:
+        meta.pop("recompute", None)
+    elif getattr(have, "name", None) != rc:
+        from torch.utils.checkpoint import CheckpointPolicy
+
+        meta["recompute"] = CheckpointPolicy[rc]
+
+
 class _Builder:
     """Builds a graph from a document's node list, copying joint nodes by name; nodes
     the pipeline added (offload transfers, barriers) are made from their entries."""
@@ -525,26 +491,10 @@ class _Builder:
             kwargs = _map_with_doc(dict(src.kwargs), entry.get("kwargs", {}), env, where)
         n = _create_node(self.graph, src.op, src.target, args, kwargs, name, src.type)
         n.meta = copy.copy(src.meta)
+        _sync_recompute(n.meta, entry)
         if self.mark_backward:
             n.meta["autograd_backward"] = True
         env[name] = n
-        return n
-
-    def ensure(self, src: fx.Node) -> fx.Node:
-        """The copy of joint node ``src``, copying it (and what it needs) if missing.
-        Used for symbol-binding nodes the forward document dropped as dead."""
-        if src.name in self.env:
-            return self.env[src.name]
-        for a in src.all_input_nodes:
-            self.ensure(a)
-        if src.op == "placeholder":
-            raise RuntimeError(f"fxremat internal error: placeholder {src.name} missing from the forward graph")
-        if self.graph.find_nodes(op="output"):
-            raise RuntimeError("fxremat internal error: ensure() after the output node")
-        n = self.graph.create_node(src.op, src.target, fx.node.map_arg(src.args, lambda x: self.env[x.name]),
-                                   fx.node.map_arg(src.kwargs, lambda x: self.env[x.name]), src.name, src.type)
-        n.meta = copy.copy(src.meta)
-        self.env[src.name] = n
         return n
 
     def finish(self, outputs: list[fx.Node | None], descs: list[Any] | None) -> fx.Graph:
@@ -553,11 +503,6 @@ class _Builder:
         if descs is not None:
             out.meta["desc"] = descs
         out.meta["output_stack_traces"] = [v.meta.get("stack_trace") if isinstance(v, fx.Node) else None for v in outputs]
-        # raise_getitems (torch/_functorch/compile_utils.py), without the recompile
-        for node in reversed(g.find_nodes(op="call_function", target=operator.getitem)):
-            ins = node.all_input_nodes
-            if len(ins) == 1:
-                ins[0].append(node)
         return g
 
 
@@ -586,18 +531,15 @@ def build_modules(
     signature: dict,
     *,
     tangent_slots: list[tuple[str, str | None, int]] | None = None,
-    reorder: bool = True,
 ) -> tuple[fx.GraphModule, fx.GraphModule, dict]:
     """The forward and backward GraphModules for the C++ partitioner's documents, built
     from ``joint_module``'s nodes (see the module docstring). Returns the modules and
-    the signature, renumbered if saved values moved.
+    the signature.
 
     ``tangent_slots``, when given, lays out the backward's tangent inputs instead of
     one per joint tangent: one ``(placeholder name, joint tangent name or None,
     forward output index)`` per input; None makes an input the graph does not read.
-    Every joint tangent must appear once, in order. ``reorder``: order the backward as
-    the autograd engine would (PyTorch does for min-cut, and for the default partition
-    of graphs with recompute tags).
+    Every joint tangent must appear once, in order.
     """
     from torch._functorch._aot_autograd.descriptors import (
         SavedForBackwardsAOTOutput,
@@ -620,47 +562,11 @@ def build_modules(
                                              key=lambda s: s["forward_output_index"])]
     tangents = [t["name"] for t in sig["tangents"]]
 
-    # Note [Activations with no version counter checks in eager]: those go last.
-    no_vc = [n for n in saved_tensors if joint_nodes[n].meta.get("saved_tensor_with_no_vc_check", False)]
-    moved = False
-    if no_vc:
-        saved_tensors = [n for n in saved_tensors if n not in set(no_vc)] + no_vc
-        moved = True
-
-    # Symbol bindings (as _extract_fwd_bwd_modules): every free symbol of a saved
-    # value or tangent must be bound by a saved symint.
-    extra_syms: list[str] = []
-    if fw_doc.get("symbols"):
-        from torch.fx.experimental.symbolic_shapes import (
-            find_symbol_binding_fx_nodes,
-            free_symbols,
-            is_symbol_binding_fx_node,
-        )
-
-        bound: set[Any] = set()
-        binding, derived = [], []
-        for n in saved_syms:
-            s = is_symbol_binding_fx_node(joint_nodes[n])
-            if s is not None:
-                bound.add(s)
-                binding.append(n)
-            else:
-                derived.append(n)
-        bindings = find_symbol_binding_fx_nodes(graph)
-        # Saved values keep their joint names, offloaded ones too (Note [Offload]).
-        for name in [*derived, *saved_tensors, *tangents]:
-            val = joint_nodes[name].meta.get("val")
-            if val is None:
-                continue
-            new = free_symbols(val) - bound
-            for s in sorted(new, key=lambda s: s.name):
-                if s in bindings and bindings[s].name not in binding:
-                    binding.append(bindings[s].name)
-                    extra_syms.append(bindings[s].name)
-            bound |= new
-        if binding + derived != saved_syms:
-            saved_syms = binding + derived
-            moved = True
+    # The C++ pipeline settled the saved values' order (symbol bindings, no-vc-check
+    # tensors last: passes/order_saved_values.h) and both graphs' node order
+    # (passes/reorder_backward.h, passes/raise_getitems.h): the documents are built
+    # node for node, in their order.
+    no_vc = [s["name"] for s in saved if s["kind"] == "tensor" and s.get("no_vc_check")]
 
     # Note [Offload] (passes/emit_offload.h): an offloaded value's slots hold its host
     # copy, a node the pipeline made (`<name>_host`); the backward's reload of it takes
@@ -696,8 +602,6 @@ def build_modules(
             user_outs = [None if r is None else fb.env[r["node"]] for r in e["args"][0][:num_fwd_outputs]]
         else:
             fb.copy(e)
-    for n in extra_syms:
-        fb.ensure(joint_nodes[n])
     fw_outs = user_outs + [fb.env[fw_slot.get(n, n)] for n in (*saved_tensors, *saved_syms)]
     fw_descs = None
     if joint_descs is not None:
@@ -725,7 +629,7 @@ def build_modules(
             tangent_nodes.append(bb.placeholder(jn, new_name) if jn is not None else bb.graph.placeholder(new_name))
     bw_outs: list[fx.Node | None] = []
     doc_placeholders = 0
-    for e in (_autograd_order(bw_doc["nodes"]) if reorder else bw_doc["nodes"]):
+    for e in bw_doc["nodes"]:
         op = e["op"]
         if op == "placeholder":
             doc_placeholders += 1
@@ -738,8 +642,6 @@ def build_modules(
     bw_descs = list(joint_descs[num_fwd_outputs:]) if joint_descs is not None else None
     bw_graph = bb.finish(bw_outs, bw_descs)
 
-    if moved or extra_syms:
-        sig = _renumber(sig, saved_tensors, saved_syms, [joint_nodes[n] for n in extra_syms])
     if tangent_slots is not None:
         sig = dict(sig)
         n_saved = len(sig["saved"])
@@ -754,28 +656,6 @@ def build_modules(
 
     return _make_graph_module(joint_module, fw_graph), _make_graph_module(joint_module, bw_graph), sig
 
-
-def _renumber(sig: dict, saved_tensors: list[str], saved_syms: list[str], extra: list[fx.Node]) -> dict:
-    sig = copy.deepcopy(sig)
-    by_name = {s["name"]: s for s in sig["saved"]}
-    for n in extra:
-        by_name[n.name] = _saved_entry_for_symbol(n)
-    nfo, nt, ns = sig["num_fwd_outputs"], len(saved_tensors), len(saved_syms)
-    entries = []
-    for k, n in enumerate(saved_tensors):
-        by_name[n].update(forward_output_index=nfo + k, backward_input_index=ns + k)
-        entries.append(by_name[n])
-    for k, n in enumerate(saved_syms):
-        by_name[n].update(forward_output_index=nfo + nt + k, backward_input_index=k)
-        entries.append(by_name[n])
-    sig["saved"] = entries
-    added = len(entries) - (sig["forward"]["num_outputs"] - nfo)
-    sig["forward"]["num_outputs"] += added
-    sig["backward"]["num_inputs"] += added
-    for t in sig["tangents"]:
-        t["backward_input_index"] += added
-    sig["saved_bytes"] = sum(int(s["bytes"]) for s in entries)
-    return sig
 
 
 def _check_positions(fw: fx.Graph, bw: fx.Graph, sig: dict, fw_env: dict[str, fx.Node],
@@ -847,14 +727,6 @@ def _add_dim_hints(doc: dict, graph: fx.Graph) -> None:
             _hint_facts(meta["val"], nodes[entry["name"]].meta.get("val"), symbols)
 
 
-def _has_recompute_tags(graph: fx.Graph) -> bool:
-    """PyTorch's has_recomputable_ops: a node tagged MUST_ or PREFER_RECOMPUTE."""
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    tags = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
-    return any(n.meta.get("recompute") in tags for n in graph.nodes)
-
-
 class _NoGC:
     """Pauses the cyclic garbage collector: encoding a large graph allocates ~10^5
     acyclic objects (freed by reference counting), which otherwise triggers full
@@ -908,9 +780,13 @@ def split_joint(
             opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
         fw_doc, bw_doc, signature = partition_document(doc, partitioner, opts, request)
         t2 = time.perf_counter()
-        reorder = partitioner == "mincut" or _has_recompute_tags(joint_module.graph)
+        if signature.get("notes"):
+            import warnings
+
+            for note in signature["notes"]:
+                warnings.warn(f"fxremat: {note}", stacklevel=2)
         fw, bw, signature = build_modules(joint_module, num_fwd_outputs, fw_doc, bw_doc, signature,
-                                          tangent_slots=tangent_slots, reorder=reorder)
+                                          tangent_slots=tangent_slots)
         t3 = time.perf_counter()
     seconds.update(to_json=t1 - t0, cpp=t2 - t1, build=t3 - t2)
     return Split(fw, bw, signature, seconds, forward_nodes=len(fw_doc["nodes"]), backward_nodes=len(bw_doc["nodes"]))

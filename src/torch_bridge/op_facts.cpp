@@ -12,8 +12,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/enum_tag.h>
 
-#include "fxremat/torch_bridge.h"
 #include "dispatcher_util.h"
+#include "fxremat/op_categories.h"
+#include "fxremat/torch_bridge.h"
 
 namespace fxremat {
 namespace torch_bridge {
@@ -85,11 +86,7 @@ std::string_view TagName(at::Tag tag) {
 }
 #pragma GCC diagnostic pop
 
-bool IsPythonCallableTarget(std::string_view target) {
-  return target.starts_with("_operator.") || target.starts_with("math.") ||
-         target.starts_with("builtins.") || target.starts_with("torch.sym_") ||
-         target.starts_with("torch._sym_");
-}
+bool IsPythonCallableTarget(std::string_view target) { return fxremat::IsPythonCallableTarget(target); }
 
 }  // namespace torch_bridge
 

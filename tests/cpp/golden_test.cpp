@@ -23,7 +23,11 @@
 #include "passes/fold_annotations.h"
 #include "passes/insert_barriers.h"
 #include "passes/min_cut_partition.h"
+#include "passes/eliminate_dead_code.h"
+#include "passes/force_saves.h"
 #include "passes/protect_mutations.h"
+#include "passes/raise_getitems.h"
+#include "passes/reorder_backward.h"
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -196,6 +200,20 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     FXREMAT_ASSIGN_OR_RETURN(bool changed, EliminateCommonSubexpressions(*graph));
     const std::string after = PrintGraph(*graph);
     if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
+    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
+  }
+  if (run == "eliminate-dead-code" || run == "force-saves") {
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, run == "force-saves" ? ForceSaves(*graph) : EliminateDeadCode(*graph));
+    const std::string after = PrintGraph(*graph);
+    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
+    if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
+    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
+  }
+  if (run == "raise-getitems" || run == "reorder-backward") {
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, run == "raise-getitems" ? RaiseGetitems(*graph) : ReorderBackward(*graph));
+    const std::string after = PrintGraph(*graph);
+    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
+    if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
     return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
   }
   if (run == "protect-mutations") {

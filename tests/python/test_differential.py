@@ -227,8 +227,11 @@ def mincut() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def ours(name: str) -> fxremat.Partition:
-    return fxremat.partition(GRAPHS[name], partitioner="mincut")
+def ours(name: str, partitioner: str = "mincut") -> fxremat.Partition:
+    # keep_annotations: PyTorch keeps naming ops (xla::name_tensor) in the graph and
+    # saves their outputs; fxremat folds them by default (a documented deliberate
+    # difference, test_folded_names_are_the_only_default_difference).
+    return fxremat.partition(GRAPHS[name], partitioner=partitioner, keep_annotations=True)
 
 
 def _ours_saved(part: fxremat.Partition) -> list[Saved]:
@@ -333,6 +336,38 @@ def test_mincut_saves_no_more_than_functorch(name, mincut):
     assert sig_bytes <= ref.saved_bytes, (
         f"{name}: ours saves {sig_bytes} B, functorch {ref.saved_bytes} B\n"
         f"  ours:      {', '.join(map(str, mine))}\n  functorch: {', '.join(map(str, ref.saved))}")
+    # The same values, not only no more bytes (issue 9): every difference from
+    # functorch is a documented deliberate choice with its own test.
+    assert mine_names == ref_names, (
+        f"{name}: saved sets differ\n  only ours: {sorted(mine_names - ref_names)}\n"
+        f"  only functorch: {sorted(ref_names - mine_names)}")
+
+
+@functools.lru_cache(maxsize=None)
+def default_reference(name: str) -> list[str]:
+    from torch._functorch.partitioners import default_partition
+
+    gm = fxremat.load(GRAPHS[name])
+    nfo = _facts(gm)["num_fwd_outputs"]
+    fw, _ = default_partition(gm, None, num_fwd_outputs=nfo, static_lifetime_input_indices=static_lifetime_indices(gm))
+    return [n.name for n in fw.graph.output_node().args[0][nfo:]]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_partition_saves_functorchs_values(name):
+    mine = [s.name for s in _ours_saved(ours(name, "default"))]
+    assert mine == default_reference(name)
+
+
+def test_folded_names_are_the_only_default_difference():
+    """With naming ops folded (the default), name_tensor saves the named input where
+    functorch saves the naming op's output: the same tensor, the same bytes."""
+    ref = reference("name_tensor")
+    folded = fxremat.partition(GRAPHS["name_tensor"], partitioner="mincut")
+    mine = _ours_saved(folded)
+    assert {s.name for s in ref.saved} - {s.name for s in mine} == {"name_tensor"}
+    assert {s.name for s in mine} - {s.name for s in ref.saved} == {"primals_1"}
+    assert sum(s.bytes for s in mine) == ref.saved_bytes
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -392,3 +427,36 @@ def test_corpus_matches_its_readme():
     want = [f"{random_programs.name_of(s)}{SUFFIX}" for s in range(seed, seed + count)]
     assert [p.name for p in RANDOM] == want
     assert sum(p.stat().st_size for p in RANDOM) < 1_500_000
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("random_00")][:8])
+def test_dead_users_do_not_change_the_saved_set(name):
+    """PyTorch's min cut removes dead code first; so does fxremat's
+    (passes/eliminate_dead_code.h). A dead, non-fusible user of a forward value
+    would otherwise count as a backward use and shift the cut."""
+    import copy
+
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    base = fxremat.load(GRAPHS[name])
+    nfo = _facts(base)["num_fwd_outputs"]
+    static = static_lifetime_indices(base)
+    targets = [n.name for n in base.graph.nodes
+               if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor)
+               and n.meta["val"].dtype.is_floating_point and n.meta["val"].dim() >= 1
+               and n.meta.get("partitioner_tag") == "is_forward"][:5]
+    assert targets
+    for target in targets:
+        gm = copy.deepcopy(base)
+        node = next(n for n in gm.graph.nodes if n.name == target)
+        with gm.graph.inserting_after(node):
+            dead = gm.graph.call_function(torch.ops.aten.cumsum.default, (node, 0), name="dead_" + target)
+        dead.meta = {k: v for k, v in node.meta.items() if k in ("val", "partitioner_tag")}
+        gm.recompile()
+        fw, _ = min_cut_rematerialization_partition(copy.deepcopy(gm), None, num_fwd_outputs=nfo,
+                                                    static_lifetime_input_indices=static)
+        want = {n.name for n in fw.graph.output_node().args[0][nfo:]}
+        fw, _ = fxremat.partition_fn()(copy.deepcopy(gm), None, num_fwd_outputs=nfo,
+                                       static_lifetime_input_indices=static)
+        got = {n.name for n in fw.graph.output_node().args[0][nfo:]}
+        assert got == want, f"dead cumsum on {target}: only ours {sorted(got - want)}, only functorch {sorted(want - got)}"
