@@ -33,11 +33,35 @@ bool MustRecompute(const Node& n) {
   return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
 }
 
+namespace {
+
+// Note [Attention without dropout]
+// The fused attention ops (_scaled_dot_product_*_attention*) carry the
+// nondeterministic_seeded tag for their dropout. With dropout_p a constant 0
+// (the default, and every inference-style or dropout-free model) they draw no
+// random numbers and replay exactly, so they are recomputable like any other
+// compute-intensive op; with dropout they stay random.
+bool DrawsNoRandomNumbers(const Node& n, const OpInfo& info) {
+  if (!info.hasSchema()) return false;
+  const int k = info.schema.argumentIndex("dropout_p");
+  if (k < 0) return false;
+  const SchemaArgument& arg = info.schema.arguments[static_cast<size_t>(k)];
+  const Argument* a = nullptr;
+  if (static_cast<size_t>(k) < n.args().size() && !arg.kwarg_only) a = &n.args()[static_cast<size_t>(k)];
+  else a = n.kwarg("dropout_p");
+  if (!a) return arg.default_value && (*arg.default_value == "0.0" || *arg.default_value == "0" || *arg.default_value == "0.");
+  if (a->kind == Argument::Kind::kDouble) return a->double_value == 0.0;
+  if (a->kind == Argument::Kind::kInt) return a->int_value == 0;
+  return false;
+}
+
+}  // namespace
+
 bool IsRandomOp(const Node& n) {
   if (!n.isCallFunction()) return false;
   if (InDefaultRandomOps(PacketOf(n.target()))) return true;
   const OpInfo* info = n.opInfo();
-  return info && info->hasTag("nondeterministic_seeded");
+  return info && info->hasTag("nondeterministic_seeded") && !DrawsNoRandomNumbers(n, *info);
 }
 
 bool IsAssertOnlySymBool(const Node& n) {

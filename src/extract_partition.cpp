@@ -258,8 +258,8 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
     v.forward_output_index = fw_index;
     v.backward_input_index = bw_index;
     v.facts = s->val();
-    // Note [Size of a value]: symints count 1 byte.
-    v.bytes = kind == SavedValue::Kind::kSymInt ? 1 : s->val().nbytes();
+    // Note [Size of a value]: a symint is no tensor bytes (it is counted apart).
+    v.bytes = kind == SavedValue::Kind::kSymInt ? 0 : s->val().nbytes();
     sig.saved.push_back(std::move(v));
   };
   for (int64_t k = 0; k < num_tensors; ++k)
@@ -280,8 +280,15 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
 
 int64_t Signature::savedBytes() const {
   int64_t total = 0;
-  for (const SavedValue& s : saved) total += s.bytes;
+  for (const SavedValue& s : saved)
+    if (s.kind == SavedValue::Kind::kTensor) total += s.bytes;
   return total;
+}
+
+int64_t Signature::savedSymInts() const {
+  int64_t n = 0;
+  for (const SavedValue& s : saved) n += s.kind == SavedValue::Kind::kSymInt;
+  return n;
 }
 
 int64_t Signature::offloadedBytes() const {

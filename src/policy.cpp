@@ -609,7 +609,7 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
       for (const ValueDemand& d : on_input)
         if (IsOffload(d.decision)) own.push_back(d);
     }
-    if (spec && unnamed_view && n.val().is_tensor())
+    if (spec && unnamed_view && (n.val().is_tensor() || is_tuple))
       policy.push_back({&n, Decision::kPreferRecompute, "policy: an unnamed view is recomputed from its base"});
     if (own.empty() && policy.empty()) continue;
 

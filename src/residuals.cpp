@@ -67,8 +67,11 @@ std::string ResidualReport(const Signature& sig) {
                        s.offloaded ? "offloaded" : "saved", s.forward_output_index, s.backward_input_index);
   }
   const int64_t offloaded = sig.offloadedBytes();
-  out += fmt::format("{} residual{}: {} B saved on device, {} B offloaded to host\n", order.size(),
+  out += fmt::format("{} residual{}: {} B saved on device, {} B offloaded to host", order.size(),
                      order.size() == 1 ? "" : "s", sig.savedBytes() - offloaded, offloaded);
+  if (const int64_t syms = sig.savedSymInts(); syms > 0)
+    out += fmt::format(", {} symint{} on the autograd context", syms, syms == 1 ? "" : "s");
+  out += "\n";
   return out;
 }
 

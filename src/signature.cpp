@@ -234,6 +234,7 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
   j["name_in_input_names"] = in_names;
   j["name_in_input_indices"] = in_indices;
   j["saved_bytes"] = sig.savedBytes();
+  j["saved_symints"] = sig.savedSymInts();
   j["offloaded_bytes"] = sig.offloadedBytes();
   if (!sig.notes.empty()) j["notes"] = sig.notes;
   return j;

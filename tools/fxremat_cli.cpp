@@ -261,6 +261,7 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
   std::cout << fmt::format("partitioner {}: forward {} nodes, backward {} nodes; saved {} values, {} bytes",
                            flags.partitioner, p.forward->size(), p.backward->size(), p.signature.saved.size(),
                            p.signature.savedBytes());
+  if (p.signature.savedSymInts() > 0) std::cout << fmt::format(" and {} symints", p.signature.savedSymInts());
   if (p.signature.offloadedBytes() > 0)
     std::cout << fmt::format(" ({} bytes offloaded to host)", p.signature.offloadedBytes());
   std::cout << "\n";

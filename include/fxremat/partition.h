@@ -27,9 +27,12 @@ namespace fxremat {
 // takes only tensors; symints are stashed on ctx.
 //
 // Note [Size of a value]
-// Byte counts follow the reference's _size_of: a tensor is numel * itemsize
-// (symbolic dims at their hint), a tuple the sum of its tensors, a symint 1
-// byte (so that saving a symint is never free but always cheaper than a tensor).
+// The min cut's weights follow the reference's _size_of: a tensor is numel *
+// itemsize (symbolic dims at their hint), a tuple the sum of its tensors, a
+// symint 1 byte (so that saving a symint is never free but always cheaper than
+// a tensor). Reports are honest instead: a saved symint lives on the autograd
+// context, not in device memory, so SavedValue::bytes is 0 for it and the
+// signature counts saved symints apart (savedSymInts, "saved_symints").
 
 struct SavedValue {
   std::string name;                       // the joint graph's node name
@@ -96,7 +99,8 @@ struct Signature {
   // What the partitioner wants the user to know (a fallback it took, a demand
   // it could not honour as asked); front ends show them as warnings.
   std::vector<std::string> notes;
-  int64_t savedBytes() const;    // every saved value (device and host)
+  int64_t savedBytes() const;    // every saved tensor (device and host); symints are not bytes
+  int64_t savedSymInts() const;  // how many saved values are symints
   int64_t offloadedBytes() const;  // the offloaded ones
 };
 

@@ -518,11 +518,6 @@ class Split:
     backward_nodes: int = 0
 
 
-def _saved_entry_for_symbol(node: fx.Node) -> dict:
-    return {"name": node.name, "kind": "symint", "annotation": None, "forward_output_index": -1,
-            "backward_input_index": -1, "expr": str(node.meta["val"]), "bytes": 1}
-
-
 def build_modules(
     joint_module: fx.GraphModule,
     num_fwd_outputs: int,

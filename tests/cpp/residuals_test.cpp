@@ -80,7 +80,7 @@ TEST_CASE("the residual report names each saved value the way JAX does") {
         "f32[s0] named 'a', 'b' (prog.py:12 (f4))   saved      fw_out 2  bw_in 2\n"
         "f32[5] output of aten.sin (prog.py:6 (g))  offloaded  fw_out 3  bw_in 3\n"
         "Sym(s0) output of aten.sym_size            saved      fw_out 4  bw_in 0\n"
-        "4 residuals: 113 B saved on device, 20 B offloaded to host\n");
+        "4 residuals: 112 B saved on device, 20 B offloaded to host, 1 symint on the autograd context\n");
   Signature empty;
   CHECK(ResidualReport(empty) == "0 residuals: 0 B saved on device, 0 B offloaded to host\n");
 }

@@ -282,3 +282,57 @@ def test_overlapping_save_and_offload_names():
         P.save_and_offload_only_these_names(names_which_can_be_saved=["a"], names_which_can_be_offloaded=["a", "b"])
     with pytest.raises(ValueError, match=r"the names should be exclusive, but 'a' is both in"):
         fxremat.extract(prog, *_prog_args(), policy="save_and_offload_only_these_names:save=a;offload=a,b")
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, d=32, h=4, dropout=0.0):
+        super().__init__()
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.h = h
+        self.dropout = dropout
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.h, C // self.h).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout)
+        return self.proj(o.transpose(1, 2).reshape(B, N, C))
+
+
+class _Encoder(torch.nn.Module):
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Attention(dropout=dropout) for _ in range(2)])
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(self.norm(x))
+        return x.sum()
+
+
+def test_nothing_saveable_on_attention():
+    """q, k, v (views from unbind) and the fused attention's outputs are recomputed
+    under nothing_saveable: only the inputs are saved, as PyTorch's budget 0 saves them;
+    with attention dropout the attention op is random and its results are saved."""
+    import copy
+
+    from torch._functorch import config as fconfig
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    torch.manual_seed(0)
+    joint = fxremat.export_joint(_Encoder(), torch.randn(2, 16, 32, requires_grad=True))
+    part = fxremat.partition(joint, policy=P.nothing_saveable)
+    saved = [s["name"] for s in part.signature["saved"]]
+    assert all(s.startswith("primals_") for s in saved), saved
+    with fconfig.patch(activation_memory_budget=0.0):
+        fw, _ = min_cut_rematerialization_partition(copy.deepcopy(joint.gm), None,
+                                                    num_fwd_outputs=joint.num_fwd_outputs)
+    assert saved == [n.name for n in fw.graph.output_node().args[0][joint.num_fwd_outputs:]]
+
+    torch.manual_seed(0)
+    with_dropout = fxremat.export_joint(_Encoder(dropout=0.1), torch.randn(2, 16, 32, requires_grad=True))
+    part = fxremat.partition(with_dropout, policy=P.nothing_saveable)
+    origins = {s["origin_op"] for s in part.signature["saved"]}
+    assert "_operator.getitem" in origins  # the attention results: saved, not replayed
