@@ -43,6 +43,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/op_categories.h"
+#include "fxremat/pass.h"
 #include "fxremat/policy.h"
 #include "passes/cleanup_recompute_tags.h"
 #include "passes/cse.h"
@@ -50,6 +51,7 @@
 #include "passes/eliminate_dead_code.h"
 #include "passes/force_saves.h"
 #include "passes/protect_mutations.h"
+#include "src/max_flow.h"
 #include "src/partition_internal.h"
 
 namespace fxremat {
@@ -630,16 +632,19 @@ Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& opt
     has_demands = has_demands || !up->meta().recompute.empty() || up->meta().offload_requested;
   if (!has_recomputable && !has_dead && !has_duplicates && !has_forced && !has_demands && !has_mutations)
     return PartitionPrepared(joint, options);
+  // Note [Min-cut preparation]: the reference's steps before its cut, in its
+  // order, each a registered pass (fxremat/pass.h), run when it has work.
+  const std::pair<std::string_view, bool> stages[] = {
+      {"eliminate-dead-code", has_dead},        {"cse", has_duplicates},
+      {"protect-mutations", has_mutations},     {"cleanup-recompute-tags", has_recomputable},
+      {"force-saves", has_forced},              {"apply-policy", has_demands},
+      {"check-mutation-demands", has_mutations},
+  };
   std::unique_ptr<Graph> g = CloneGraph(joint);
-  if (has_dead) FXREMAT_RETURN_IF_ERROR(EliminateDeadCode(*g).status());
-  if (has_duplicates) FXREMAT_RETURN_IF_ERROR(EliminateCommonSubexpressions(*g).status());
-  if (has_mutations) FXREMAT_RETURN_IF_ERROR(ProtectMutations(*g).status());
-  if (has_recomputable) FXREMAT_RETURN_IF_ERROR(CleanupRecomputeTags(*g, /*is_default_partition=*/false).status());
-  if (has_forced) FXREMAT_RETURN_IF_ERROR(ForceSaves(*g).status());
-  // Policy, tags and annotations become one decision per value.
-  if (has_demands)
-    FXREMAT_RETURN_IF_ERROR(ApplyPolicy(*g, options.policy ? &*options.policy : nullptr).status());
-  if (has_mutations) FXREMAT_RETURN_IF_ERROR(CheckMutationDemands(*g));
+  PassOptions pass_options;
+  pass_options.policy = options.policy ? &*options.policy : nullptr;
+  for (const auto& [pass, needed] : stages)
+    if (needed) FXREMAT_RETURN_IF_ERROR(RunGraphPass(pass, *g, pass_options).status());
   return PartitionPrepared(*g, options);
 }
 

@@ -60,25 +60,7 @@ Expected<std::string> Base64Decode(std::string_view text, const std::string& whe
   return out;
 }
 
-std::string_view SafetensorsDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64: return "F64";
-    case DType::kFloat32: return "F32";
-    case DType::kFloat16: return "F16";
-    case DType::kBFloat16: return "BF16";
-    case DType::kInt64: return "I64";
-    case DType::kInt32: return "I32";
-    case DType::kInt16: return "I16";
-    case DType::kInt8: return "I8";
-    case DType::kUInt8: return "U8";
-    case DType::kBool: return "BOOL";
-    case DType::kComplex64: return "C64";
-    case DType::kComplex128: return "C128";
-    case DType::kFloat8E4M3FN: return "F8_E4M3";
-    case DType::kFloat8E5M2: return "F8_E5M2";
-  }
-  return "?";
-}
+std::string_view SafetensorsDType(DType dtype) { return DTypeSafetensorsName(dtype); }
 
 Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_view contents, const std::string& path) {
   if (contents.size() < 8) return Status::BadInput("not a safetensors file (shorter than its 8-byte header size)", path);

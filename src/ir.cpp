@@ -19,23 +19,24 @@ struct DTypeEntry {
   std::string_view name;
   std::string_view short_name;  // as FX prints it in type annotations
   int64_t item_size;
+  std::string_view safetensors;  // the safetensors header's dtype name
 };
 
 constexpr std::array<DTypeEntry, 14> kDTypes = {{
-    {DType::kFloat64, "float64", "f64", 8},
-    {DType::kFloat32, "float32", "f32", 4},
-    {DType::kFloat16, "float16", "f16", 2},
-    {DType::kBFloat16, "bfloat16", "bf16", 2},
-    {DType::kInt64, "int64", "i64", 8},
-    {DType::kInt32, "int32", "i32", 4},
-    {DType::kInt16, "int16", "i16", 2},
-    {DType::kInt8, "int8", "i8", 1},
-    {DType::kUInt8, "uint8", "u8", 1},
-    {DType::kBool, "bool", "b8", 1},
-    {DType::kComplex64, "complex64", "c64", 8},
-    {DType::kComplex128, "complex128", "c128", 16},
-    {DType::kFloat8E4M3FN, "float8_e4m3fn", "f8e4m3fn", 1},
-    {DType::kFloat8E5M2, "float8_e5m2", "f8e5m2", 1},
+    {DType::kFloat64, "float64", "f64", 8, "F64"},
+    {DType::kFloat32, "float32", "f32", 4, "F32"},
+    {DType::kFloat16, "float16", "f16", 2, "F16"},
+    {DType::kBFloat16, "bfloat16", "bf16", 2, "BF16"},
+    {DType::kInt64, "int64", "i64", 8, "I64"},
+    {DType::kInt32, "int32", "i32", 4, "I32"},
+    {DType::kInt16, "int16", "i16", 2, "I16"},
+    {DType::kInt8, "int8", "i8", 1, "I8"},
+    {DType::kUInt8, "uint8", "u8", 1, "U8"},
+    {DType::kBool, "bool", "b8", 1, "BOOL"},
+    {DType::kComplex64, "complex64", "c64", 8, "C64"},
+    {DType::kComplex128, "complex128", "c128", 16, "C128"},
+    {DType::kFloat8E4M3FN, "float8_e4m3fn", "f8e4m3fn", 1, "F8_E4M3"},
+    {DType::kFloat8E5M2, "float8_e5m2", "f8e5m2", 1, "F8_E5M2"},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -50,6 +51,12 @@ const DTypeEntry& Entry(DType dtype) {
 std::string_view DTypeName(DType dtype) { return Entry(dtype).name; }
 std::string_view DTypeShortName(DType dtype) { return Entry(dtype).short_name; }
 int64_t DTypeItemSize(DType dtype) { return Entry(dtype).item_size; }
+std::string_view DTypeSafetensorsName(DType dtype) { return Entry(dtype).safetensors; }
+std::vector<DType> AllDTypes() {
+  std::vector<DType> out;
+  for (const DTypeEntry& e : kDTypes) out.push_back(e.dtype);
+  return out;
+}
 
 std::optional<DType> DTypeFromName(std::string_view name) {
   for (const DTypeEntry& e : kDTypes)

@@ -13,13 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "fxremat/partition_options.h"
 #include "fxremat/status.h"
 
 namespace fxremat {
-
-enum class MaxFlowAlgorithm { kBoykovKolmogorov, kPushRelabel, kDinic };
-std::string_view MaxFlowAlgorithmName(MaxFlowAlgorithm algorithm);
-bool MaxFlowAlgorithmFromName(std::string_view name, MaxFlowAlgorithm& out);
 
 inline constexpr int64_t kInfiniteCapacity = std::numeric_limits<int64_t>::max();
 

@@ -3,12 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/pass.h"
 #include "passes/default_partition.h"
-#include "passes/emit_offload.h"
-#include "passes/fold_annotations.h"
-#include "passes/insert_barriers.h"
-#include "passes/raise_getitems.h"
-#include "passes/reorder_backward.h"
+#include "passes/min_cut_partition.h"
 #include "src/partition_internal.h"
 
 namespace fxremat {
@@ -30,22 +27,26 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   if (request.barrier && request.offload_target != OffloadTarget::kXla)
     return Status::BadInput("--barrier inserts xla::optimization_barrier and needs the xla target (--offload-target xla)");
 
-  // The annotation ops are folded on a copy; graphs without any skip the copy.
+  PassOptions pass_options;
+  pass_options.keep_annotations = request.keep_annotations;
+  pass_options.offload_target = request.offload_target;
+  // 1. The annotation ops are folded on a copy; graphs without any skip the copy.
   bool has_annotations = false;
   for (const auto& up : joint.nodes()) has_annotations = has_annotations || (up->isCallFunction() && IsAnnotationOp(up->target()));
   std::unique_ptr<Graph> folded;
   const Graph* g = &joint;
   if (has_annotations) {
     folded = CloneGraph(joint);
-    FXREMAT_RETURN_IF_ERROR(FoldAnnotations(*folded, {.keep_annotations = request.keep_annotations}).status());
+    FXREMAT_RETURN_IF_ERROR(RunGraphPass("fold-annotations", *folded, pass_options).status());
     g = folded.get();
   }
 
+  // 2. The partitioner.
   Partition p;
   if (request.partitioner == "default") {
     // The default partition has no choice to make, but it honours
     // xla::offload_name: a saved value that carries the request is offloaded.
-    // ApplyPolicy (no policy) rejects requests that cannot be honoured.
+    // apply-policy (no policy) rejects requests that cannot be honoured.
     bool offload_requests = false;
     for (const auto& up : g->nodes()) offload_requests = offload_requests || up->meta().offload_requested;
     if (offload_requests) {
@@ -53,7 +54,7 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
         folded = CloneGraph(joint);
         g = folded.get();
       }
-      FXREMAT_RETURN_IF_ERROR(ApplyPolicy(*folded, nullptr).status());
+      FXREMAT_RETURN_IF_ERROR(RunGraphPass("apply-policy", *folded, pass_options).status());
     }
     FXREMAT_ASSIGN_OR_RETURN(p, DefaultPartition(*g));
     for (SavedValue& v : p.signature.saved)
@@ -65,12 +66,14 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   // mimics the autograd engine in the backward, the default partition when
   // checkpoint tags made it recompute; getitems follow their producers.
   FXREMAT_ASSIGN_OR_RETURN(bool has_recompute_tags, HasRecomputableOps(*g));
+  // 3. and 4.
   if (request.partitioner == "mincut" || has_recompute_tags)
-    FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
-  FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.forward).status());
-  FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.backward).status());
-  FXREMAT_RETURN_IF_ERROR(EmitOffload(p, request.offload_target).status());
-  if (request.barrier) FXREMAT_RETURN_IF_ERROR(InsertBarriers(p).status());
+    FXREMAT_RETURN_IF_ERROR(RunGraphPass("reorder-backward", *p.backward, pass_options).status());
+  FXREMAT_RETURN_IF_ERROR(RunGraphPass("raise-getitems", *p.forward, pass_options).status());
+  FXREMAT_RETURN_IF_ERROR(RunGraphPass("raise-getitems", *p.backward, pass_options).status());
+  // 5. and 6.
+  FXREMAT_RETURN_IF_ERROR(RunPartitionPass("emit-offload", p, pass_options).status());
+  if (request.barrier) FXREMAT_RETURN_IF_ERROR(RunPartitionPass("insert-barriers", p, pass_options).status());
   return p;
 }
 

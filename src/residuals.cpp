@@ -48,6 +48,10 @@ std::string Origin(const SavedValue& s, const Signature& sig) {
 
 }  // namespace
 
+ResidualDescription DescribeResidual(const SavedValue& value, const Signature& sig) {
+  return {ShortType(value.facts), Origin(value, sig)};
+}
+
 std::string ResidualReport(const Signature& sig) {
   std::vector<const SavedValue*> order;
   for (const SavedValue& s : sig.saved) order.push_back(&s);

@@ -38,6 +38,11 @@ std::string_view DTypeShortName(DType dtype);
 std::optional<DType> DTypeFromName(std::string_view name);
 std::optional<DType> DTypeFromShortName(std::string_view short_name);
 int64_t DTypeItemSize(DType dtype);
+// "F32", "BF16", "BOOL": the dtype's name in a safetensors header.
+std::string_view DTypeSafetensorsName(DType dtype);
+// Every dtype, in the table's order (the one dtype table; Python reads it
+// through fxremat._C.dtypes()).
+std::vector<DType> AllDTypes();
 bool DTypeIsFloating(DType dtype);  // float or complex: can carry gradients
 bool DTypeIsIntegral(DType dtype);  // integer or bool
 

@@ -4,18 +4,27 @@
 // makes byte-identical graphs from the same request.
 //
 // Note [Partition pipeline]
-//   1. FoldAnnotations (passes/fold_annotations): the names that
-//      fxremat::checkpoint_name / xla::name_tensor / xla::offload_name give
-//      become meta().names of the annotated value; offload_name also records an
-//      offload request. The ops are removed unless keep_annotations.
-//   2. The partitioner: "mincut" (CSE, recompute-tag cleanup, ApplyPolicy, the
-//      min cut, extraction) or "default" (no policy allowed).
-//   3. EmitOffload (passes/emit_offload): every saved value the policy offloads
-//      is copied to host right after its last forward use and reloaded right
-//      before its first backward use (target torch or xla).
-//   4. InsertBarriers (passes/insert_barriers, target xla, `barrier`): the inputs
-//      of every recomputed region in the backward pass through
-//      xla::optimization_barrier.
+// The stages, in order; each is a registered pass (fxremat/pass.h) except the
+// partitioner itself:
+//    1. fold-annotations        naming ops (fxremat::checkpoint_name,
+//                               xla::name_tensor / offload_name) become value
+//                               names and offload requests (ops kept with
+//                               keep_annotations)
+//    2. the partitioner         "mincut": Note [Min-cut preparation]
+//                               (eliminate-dead-code, cse, protect-mutations,
+//                               cleanup-recompute-tags, force-saves,
+//                               apply-policy, check-mutation-demands), the
+//                               solve, extraction with the saved values'
+//                               order (passes/order_saved_values.h);
+//                               "default": the reference's default partition
+//    3. reorder-backward        the backward in the autograd engine's order
+//                               (mincut; default only with checkpoint tags)
+//    4. raise-getitems          both graphs: getitems after their producers
+//    5. emit-offload            offloaded values to host and back (torch, xla)
+//    6. insert-barriers         xla target with `barrier`: optimization barriers
+//                               before recomputed regions
+// The CLI, the Python extension and partition_fn all run exactly this, so they
+// emit the same graphs.
 #pragma once
 
 #include <optional>
@@ -23,9 +32,9 @@
 
 #include "fxremat/ir.h"
 #include "fxremat/partition.h"
+#include "fxremat/partition_options.h"
 #include "fxremat/policy.h"
 #include "fxremat/status.h"
-#include "passes/min_cut_partition.h"
 
 namespace fxremat {
 

@@ -16,4 +16,14 @@ namespace fxremat {
 // Lines follow the forward-output order (saved tensors, then symints).
 std::string ResidualReport(const Signature& signature);
 
+// One saved value as the report describes it: its short type ("f32[5,4]",
+// "Sym(s0)") and where it comes from ("from the argument primals_1 (W1)",
+// "named 'a'", "output of aten.sin (prog.py:6 (g))"). The Python package's
+// structured residuals take these (one formatting, in C++).
+struct ResidualDescription {
+  std::string short_type;
+  std::string origin;
+};
+ResidualDescription DescribeResidual(const SavedValue& value, const Signature& signature);
+
 }  // namespace fxremat

@@ -670,11 +670,11 @@ def save(
 # --------------------------------------------------------------------------------------
 
 
-_SAFETENSORS_DTYPES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
-    "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL", "complex64": "C64", "complex128": "C128",
-    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
-}
+def _safetensors_dtypes() -> dict[str, str]:
+    """{dtype name: safetensors name}, from the C++ library's one dtype table."""
+    from ._partition import _extension
+
+    return {name: st for name, _short, _size, st in _extension().dtypes()}
 
 
 def sidecar_name(graph_path: str | os.PathLike) -> str:
@@ -703,7 +703,7 @@ def _move_large_constants(doc: dict, file_name: str) -> bytes | None:
     for key in sorted(large):
         c = doc["constants"][key]
         shape = [int(d) for d in c["val"]["shape"]]
-        header[key] = {"dtype": _SAFETENSORS_DTYPES[c["val"]["dtype"]], "shape": shape,
+        header[key] = {"dtype": _safetensors_dtypes()[c["val"]["dtype"]], "shape": shape,
                        "data_offsets": [offset, offset + len(large[key])]}
         offset += len(large[key])
         del c["data"]
@@ -752,7 +752,7 @@ def _decode_constants(doc: dict, base_dir: str | None, dec: "_Decoder") -> dict[
         facts = c["val"]
         _expect(isinstance(facts, dict) and facts.get("kind") == "tensor", f"{where}.val", "expected tensor facts")
         dtype = getattr(torch, facts["dtype"], None) if isinstance(facts.get("dtype"), str) else None
-        _expect(isinstance(dtype, torch.dtype) and facts["dtype"] in _SAFETENSORS_DTYPES, f"{where}.val.dtype",
+        _expect(isinstance(dtype, torch.dtype) and facts["dtype"] in _safetensors_dtypes(), f"{where}.val.dtype",
                 f"unknown dtype {facts.get('dtype')!r}")
         shape = facts.get("shape")
         _expect(isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape), f"{where}.val.shape",

@@ -795,48 +795,13 @@ _DUMP_COUNTER = 0
 _DUMP_LOCK = threading.Lock()
 
 
-def _shape_text(s: dict) -> str:
-    if s.get("kind") != "tensor":
-        return f"Sym({s.get('expr', '?')})" if s.get("kind") == "symint" else str(s.get("kind"))
-    dims = []
-    for d in s.get("shape", []):
-        dims.append(str(d["sym"]) if isinstance(d, dict) else str(d))
-    dt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
-          "int32": "i32", "bool": "b8", "uint8": "u8", "int8": "i8"}.get(s.get("dtype", ""), s.get("dtype", "?"))
-    return f"{dt}[{', '.join(dims)}]"
-
-
-def residual_report(signature: dict, joint_module: fx.GraphModule | None = None) -> str:
-    """One line per saved value (forward-output / backward-input index, shape and
-    dtype, name, source op, bytes), then the totals."""
-    nodes = {n.name: n for n in joint_module.graph.nodes} if joint_module is not None else {}
-    lines = [f"# partitioner={signature.get('partitioner')} saved={len(signature['saved'])} "
-             f"num_fwd_outputs={signature['num_fwd_outputs']}",
-             "# fw_out bw_in  shape/dtype  name  source  bytes"]
-    for s in sorted(signature["saved"], key=lambda s: s["forward_output_index"]):
-        n = nodes.get(s["name"])
-        if n is None:
-            source = "?"
-        elif n.op == "placeholder":
-            source = "placeholder" + (f" {n.meta['fxremat_path']}" if n.meta.get("fxremat_path") else "")
-        else:
-            source = str(n.target)
-        ann = f" [{s['annotation']}]" if s.get("annotation") else ""
-        lines.append(f"{s['forward_output_index']:6d} {s['backward_input_index']:5d}  {_shape_text(s)}  "
-                     f"{s['name']}{ann}  {source}  {int(s['bytes'])}")
-    total = sum(int(s["bytes"]) for s in signature["saved"])
-    n_t = sum(1 for s in signature["saved"] if s["kind"] == "tensor")
-    lines.append(f"# total: {len(signature['saved'])} saved values ({n_t} tensors, "
-                 f"{len(signature['saved']) - n_t} symints), {total} bytes ({total / 2**20:.3f} MiB)")
-    return "\n".join(lines) + "\n"
-
-
 def dump_partition(dump_dir: str | os.PathLike, fw: fx.GraphModule, bw: fx.GraphModule, signature: dict,
                    joint_module: fx.GraphModule | None = None, label: str | None = None) -> str:
     """Writes ``forward.json.gz``, ``backward.json.gz``, ``signature.json`` and
     ``residuals.txt`` to a new directory under ``dump_dir``; returns its path."""
     import json
 
+    from . import _residuals
     from ._format import save
 
     global _DUMP_COUNTER
@@ -860,7 +825,7 @@ def dump_partition(dump_dir: str | os.PathLike, fw: fx.GraphModule, bw: fx.Graph
         json.dump(signature, f, indent=1)
         f.write("\n")
     with open(os.path.join(path, "residuals.txt"), "w") as f:
-        f.write(residual_report(signature, joint_module))
+        f.write(_residuals.residual_report(signature, joint_module))
     return path
 
 

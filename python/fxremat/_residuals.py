@@ -23,9 +23,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64", "int32": "i32",
-           "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "b8", "complex64": "c64"}
-
 
 @dataclass
 class Residual:
@@ -49,29 +46,15 @@ class Residual:
     forward_output_index: int = -1
     backward_input_index: int = -1
     bytes: int = 0
+    origin: str = ""  # "output of aten.sin (prog.py:6 (g))", as the report words it
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.shape, self.kind, self.what)
 
     def describe(self) -> str:
-        """The report's description of the value (as the C++ ``ResidualReport``)."""
-        loc = f" ({self.location})" if self.location else ""
-        if self.kind == "argument":
-            return f"{self.shape} from the argument {self.name}" + (f" ({self.what})" if self.what != self.name else "")
-        if self.kind == "named":
-            return f"{self.shape} named {', '.join(map(repr, self.names))}{loc}"
-        op = _packet(self.op) if self.op else self.name
-        return f"{self.shape} output of {op}{loc}"
-
-
-def shape_text(entry: dict) -> str:
-    """``f32[5,4]`` for a signature's saved entry (``Sym(s0)`` for a symint)."""
-    if entry.get("kind") != "tensor":
-        return f"Sym({entry.get('expr', '?')})"
-    dims = [str(d["sym"]) if isinstance(d, dict) else str(d) for d in entry.get("shape", [])]
-    dt = entry.get("dtype", "?")
-    return f"{_DTYPES.get(dt, dt)}[{','.join(dims)}]"
+        """The report's description of the value (the C++ ``DescribeResidual``)."""
+        return f"{self.shape} {self.origin}"
 
 
 def _location_of(node: Any) -> str | None:
@@ -138,8 +121,14 @@ def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = No
     """:class:`Residual` records for a signature's saved values, in forward-output
     order. ``joint_gm`` (the joint graph) supplies ops and locations the signature
     lacks; ``fn`` turns input paths into argument names."""
+    from ._partition import _extension
+
     nodes = {n.name: n for n in joint_gm.graph.nodes} if joint_gm is not None else {}
     primals = {p["name"]: p for p in signature.get("primals", [])}
+    sig = dict(signature)
+    sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
+                      signature.get("primals", [])]
+    described = _extension().describe_residuals(json.dumps(sig))
     out = []
     for s in sorted(signature["saved"], key=lambda s: s["forward_output_index"]):
         name = s["name"]
@@ -158,7 +147,8 @@ def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = No
             kind, what = "named", names[0]
         else:
             kind, what = "op", _short_op(op) if op else name
-        out.append(Residual(shape=shape_text(s), kind=kind, what=what, name=name, names=names, op=op,
+        short_type, origin = described[name]
+        out.append(Residual(shape=short_type, origin=origin, kind=kind, what=what, name=name, names=names, op=op,
                             location=location, decision=s.get("decision", "") or "",
                             offloaded=bool(s.get("offloaded", False)),
                             forward_output_index=int(s["forward_output_index"]),

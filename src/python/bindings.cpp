@@ -181,6 +181,28 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& signature) { return ResidualReport(Unwrap(SignatureFromJson(signature, "signature"))); },
       py::arg("signature"), "The residual report (include/fxremat/residuals.h) of a signature given as JSON text.");
   m.def(
+      "dtypes",
+      [] {
+        std::vector<std::tuple<std::string, std::string, int64_t, std::string>> out;
+        for (DType d : AllDTypes())
+          out.emplace_back(DTypeName(d), DTypeShortName(d), DTypeItemSize(d), DTypeSafetensorsName(d));
+        return out;
+      },
+      "The dtype table: (name, short name, item size, safetensors name) per dtype.");
+  m.def(
+      "describe_residuals",
+      [](const std::string& signature) {
+        Signature sig = Unwrap(SignatureFromJson(signature, "signature"));
+        std::map<std::string, std::pair<std::string, std::string>> out;
+        for (const SavedValue& s : sig.saved) {
+          ResidualDescription d = DescribeResidual(s, sig);
+          out[s.name] = {d.short_type, d.origin};
+        }
+        return out;
+      },
+      py::arg("signature"),
+      "{saved value name: (short type, origin)} as the residual report words them.");
+  m.def(
       "check_signature",
       [](const std::string& forward, const std::string& backward, const std::string& signature) {
         Signature sig = Unwrap(SignatureFromJson(signature, "signature"));

@@ -8,26 +8,19 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "filecheck.h"
 #include "fxremat/partition.h"
+#include "fxremat/pass.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
-#include "passes/cleanup_recompute_tags.h"
-#include "passes/cse.h"
 #include "passes/default_partition.h"
 #include "passes/emit_offload.h"
-#include "passes/fold_annotations.h"
 #include "passes/insert_barriers.h"
 #include "passes/min_cut_partition.h"
-#include "passes/eliminate_dead_code.h"
-#include "passes/force_saves.h"
-#include "passes/protect_mutations.h"
-#include "passes/raise_getitems.h"
-#include "passes/reorder_backward.h"
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -152,15 +145,6 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     return "// forward\n" + PrintGraph(*p.forward) + "// backward\n" + PrintGraph(*p.backward) +
            "// signature\n" + SignatureToJson(p.signature);
   }
-  if (run == "fold-annotations" || run == "fold-annotations keep") {
-    FoldAnnotationsOptions options;
-    options.keep_annotations = run == "fold-annotations keep";
-    FXREMAT_ASSIGN_OR_RETURN(bool changed, FoldAnnotations(*graph, options));
-    const std::string after = PrintGraph(*graph);
-    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
-    if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
-    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
-  }
   if (run.rfind("extract", 0) == 0) {
     // "extract saved=a,b [offload=a]": ExtractPartition with these saved values.
     auto words = ParseWords(run.substr(7));
@@ -196,37 +180,24 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     if (PrintGraph(*bw) != PrintGraph(*p.backward)) return Status::Internal("backward text does not round-trip");
     return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
   }
-  if (run == "cse") {
-    FXREMAT_ASSIGN_OR_RETURN(bool changed, EliminateCommonSubexpressions(*graph));
+  // A registered graph pass by its name (fxremat/pass.h); words after the name
+  // set PassOptions: "keep" (keep_annotations), "mincut" (the min cut's
+  // cleanup-recompute-tags; the default partitioner's rule otherwise).
+  std::istringstream words(run);
+  std::string name;
+  words >> name;
+  if (const GraphPass* pass = FindGraphPass(name)) {
+    PassOptions options;
+    options.default_partition = true;
+    for (std::string w; words >> w;) {
+      if (w == "keep") options.keep_annotations = true;
+      else if (w == "mincut") options.default_partition = false;
+      else return Status::BadInput("unknown option '" + w + "' for pass " + name);
+    }
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, pass->run(*graph, options));
     const std::string after = PrintGraph(*graph);
-    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
-    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
-  }
-  if (run == "eliminate-dead-code" || run == "force-saves") {
-    FXREMAT_ASSIGN_OR_RETURN(bool changed, run == "force-saves" ? ForceSaves(*graph) : EliminateDeadCode(*graph));
-    const std::string after = PrintGraph(*graph);
-    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
-    if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
-    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
-  }
-  if (run == "raise-getitems" || run == "reorder-backward") {
-    FXREMAT_ASSIGN_OR_RETURN(bool changed, run == "raise-getitems" ? RaiseGetitems(*graph) : ReorderBackward(*graph));
-    const std::string after = PrintGraph(*graph);
-    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
-    if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
-    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
-  }
-  if (run == "protect-mutations") {
-    FXREMAT_ASSIGN_OR_RETURN(bool changed, ProtectMutations(*graph));
-    const std::string after = PrintGraph(*graph);
-    if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
-    if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
-    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
-  }
-  if (run == "cleanup-recompute-tags") {
-    FXREMAT_ASSIGN_OR_RETURN(bool changed, CleanupRecomputeTags(*graph, /*is_default_partition=*/true));
-    const std::string after = PrintGraph(*graph);
-    // A pass that reports "unchanged" must leave the graph byte-identical.
+    // A pass that reports "unchanged" must leave the graph byte-identical, and
+    // one that reports "changed" must have changed it.
     if (!changed && after != printed) return Status::Internal("pass said unchanged but edited the graph");
     if (changed && after == printed) return Status::Internal("pass said changed but the graph is identical");
     return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
@@ -266,5 +237,25 @@ TEST_CASE("golden tests", "[golden]") {
       INFO(failure);
       CHECK(failure.empty());
     }
+  }
+}
+
+TEST_CASE("every registered pass has golden tests", "[golden]") {
+  const fs::path dir = fs::path(FXREMAT_SOURCE_DIR) / "tests" / "golden";
+  std::string all;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    all += buffer.str();
+  }
+  for (const GraphPass& pass : GraphPasses()) {
+    if (pass.name == "apply-policy" || pass.name == "check-mutation-demands") continue;  // policy_test.cpp, protect_mutations.test
+    INFO("pass " << pass.name);
+    CHECK(all.find("// RUN: " + std::string(pass.name)) != std::string::npos);
+  }
+  for (const PartitionPass& pass : PartitionPasses()) {
+    INFO("pass " << pass.name);
+    CHECK(all.find("// RUN: " + std::string(pass.name)) != std::string::npos);
   }
 }
