@@ -44,13 +44,9 @@
 
 #include "fxremat/op_categories.h"
 #include "fxremat/pass.h"
+#include "fxremat/pipeline.h"
 #include "fxremat/policy.h"
-#include "passes/cleanup_recompute_tags.h"
-#include "passes/cse.h"
 #include "passes/default_partition.h"
-#include "passes/eliminate_dead_code.h"
-#include "passes/force_saves.h"
-#include "passes/protect_mutations.h"
 #include "src/max_flow.h"
 #include "src/partition_internal.h"
 
@@ -338,8 +334,10 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
   } else {
     // Bias towards saving values close to the backward (the reference's guess).
     const int64_t exponent = std::max<int64_t>(std::min<int64_t>(dist_from_bw_[i], 100), 1);
-    weight = static_cast<int64_t>(static_cast<double>(SizeOf(node)) * std::pow(1.1, static_cast<double>(exponent)));
-    if (!IsMaterialized(node)) weight *= 2;
+    // Saturating: sizes up to 2^63 bytes times 1.1^100 must not wrap (a
+    // wrapped weight would be a negative capacity).
+    weight = Scaled(SizeOf(node), std::pow(1.1, static_cast<double>(exponent)));
+    if (!IsMaterialized(node)) weight = Scaled(weight, 2.0);
   }
   if (!cannot_save.empty()) {
     AddEdge(In(node), Out(node), kInfiniteCapacity, EdgeReason::kCannotSave, "cannot save: " + cannot_save);
@@ -566,7 +564,11 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& op
       stack.pop_back();
       if (seen[n->index()] || c.in_tangents_closure[n->index()] || n->isPlaceholder()) continue;
       seen[n->index()] = true;
-      if (!n->meta().reads_mutated.empty() && !n->val().is_sym()) { extra[n->index()] = true; continue; }
+      // A getitem of a multi-output op that reads overwritten data (BatchNorm's
+      // results) carries the same data: it is saved; the tuple itself never is.
+      const bool marked = !n->meta().reads_mutated.empty() ||
+                          (n->isGetItem() && !n->inputs().empty() && !n->inputs()[0]->meta().reads_mutated.empty());
+      if (marked && n->val().is_tensor()) { extra[n->index()] = true; continue; }
       for (const Node* in : n->inputs()) stack.push_back(in);
     }
     for (const auto& up : joint.nodes())
@@ -588,8 +590,10 @@ void MarkOffloaded(Partition& p) {
   }
 }
 
-// Partitions `g`, which is already CSE'd and tag-cleaned.
-Expected<Partition> PartitionPrepared(const Graph& g, const MinCutOptions& options) {
+}  // namespace
+
+// Partitions `g`, which the preparation stages already ran on.
+Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& options) {
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(g));
   bool any_required_bw = false;
   for (size_t i = 0; i < g.size() && !any_required_bw; ++i) any_required_bw = c.in_tangents_closure[i];
@@ -608,44 +612,8 @@ Expected<Partition> PartitionPrepared(const Graph& g, const MinCutOptions& optio
   return p;
 }
 
-}  // namespace
-
 Expected<Partition> MinCutPartition(const Graph& joint, const MinCutOptions& options) {
-  if (options.static_lifetime_input_indices) {
-    int64_t primals = 0;
-    for (const Node* p : joint.placeholders()) primals += p->role() == PlaceholderRole::kPrimal;
-    for (int64_t k : *options.static_lifetime_input_indices)
-      if (k < 0 || k >= primals)
-        return Status::BadInput(fmt::format("index {} is out of range of the graph's {} primals", k, primals),
-                                "static_lifetime_input_indices");
-  }
-  FXREMAT_ASSIGN_OR_RETURN(bool has_recomputable, HasRecomputableOps(joint));
-  // The reference mutates the joint graph (dead code, CSE, tags, forced saves);
-  // fxremat works on a copy, made only when one of those steps has something
-  // to change.
-  const bool has_dead = !FindDeadCode(joint).empty();
-  const bool has_duplicates = options.cse && (has_dead || !FindCommonSubexpressions(joint).empty());
-  const bool has_forced = NeedsForcedSaves(joint);
-  const bool has_mutations = HasForwardMutations(joint);
-  bool has_demands = options.policy.has_value();
-  for (const auto& up : joint.nodes())
-    has_demands = has_demands || !up->meta().recompute.empty() || up->meta().offload_requested;
-  if (!has_recomputable && !has_dead && !has_duplicates && !has_forced && !has_demands && !has_mutations)
-    return PartitionPrepared(joint, options);
-  // Note [Min-cut preparation]: the reference's steps before its cut, in its
-  // order, each a registered pass (fxremat/pass.h), run when it has work.
-  const std::pair<std::string_view, bool> stages[] = {
-      {"eliminate-dead-code", has_dead},        {"cse", has_duplicates},
-      {"protect-mutations", has_mutations},     {"cleanup-recompute-tags", has_recomputable},
-      {"force-saves", has_forced},              {"apply-policy", has_demands},
-      {"check-mutation-demands", has_mutations},
-  };
-  std::unique_ptr<Graph> g = CloneGraph(joint);
-  PassOptions pass_options;
-  pass_options.policy = options.policy ? &*options.policy : nullptr;
-  for (const auto& [pass, needed] : stages)
-    if (needed) FXREMAT_RETURN_IF_ERROR(RunGraphPass(pass, *g, pass_options).status());
-  return PartitionPrepared(*g, options);
+  return RunMinCutStages(joint, options);  // Note [Partition pipeline], step 2
 }
 
 }  // namespace fxremat

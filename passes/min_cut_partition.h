@@ -30,6 +30,11 @@ struct MinCutSolution {
 // reason on each edge.
 Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& options);
 
+// The cut of a graph the min cut's preparation stages already ran on
+// (RunMinCutStages, pipeline.h): the solve and the extraction. Falls back to
+// the default partition when nothing depends on a tangent, as the reference.
+Expected<Partition> CutPreparedGraph(const Graph& prepared, const MinCutOptions& options);
+
 // The whole pass: CSE (options.cse), cleanup_recompute_tags, forced saves,
 // SolveMinCut, then ExtractPartition. Falls back to the default partition when
 // nothing in the graph depends on a tangent, as the reference does.

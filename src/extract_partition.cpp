@@ -169,6 +169,8 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
   std::vector<Node*> saved_tensors, saved_syms;
   for (Node* s : saved_values) {
+    if (!s->val().is_tensor() && !IsSymNode(*s))
+      return Status::Internal(fmt::format("saved value '{}' is neither a tensor nor a symbolic scalar", s->name()));
     if (std::find(saved_tensors.begin(), saved_tensors.end(), s) != saved_tensors.end() ||
         std::find(saved_syms.begin(), saved_syms.end(), s) != saved_syms.end())
       return Status::Internal(fmt::format("saved value '{}' listed twice", s->name()));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <limits>
 #include <set>
 #include <unordered_set>
 
@@ -358,6 +359,34 @@ void Graph::renumber(size_t from) {
 // Verifier
 // ---------------------------------------------------------------------------
 
+namespace {
+
+// What the format says tensor facts are (docs/format.md): sizes and strides
+// not negative, and the tensor's bytes (numel * item size, symbolic dims at
+// their hints) within int64, so that every byte count downstream is exact.
+Status CheckFacts(const ValueFacts& v, const std::string& where) {
+  if (v.kind == ValueFacts::Kind::kTuple) {
+    for (const ValueFacts& item : v.items) FXREMAT_RETURN_IF_ERROR(CheckFacts(item, where));
+    return Status::Ok();
+  }
+  if (!v.is_tensor()) return Status::Ok();
+  int64_t bytes = DTypeItemSize(v.tensor.dtype);
+  for (size_t i = 0; i < v.tensor.shape.size(); ++i) {
+    const int64_t d = v.tensor.shape[i].hint;
+    if (d < 0) return Status::BadInput(fmt::format("dimension {} is {}: sizes are not negative", i, d), where);
+    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / d)
+      return Status::BadInput(fmt::format("the tensor's size overflows 64 bits (dimension {} is {})", i, d), where);
+    bytes = d == 0 ? 0 : bytes * d;
+  }
+  for (size_t i = 0; i < v.tensor.stride.size(); ++i)
+    if (v.tensor.stride[i].hint < 0)
+      return Status::BadInput(fmt::format("stride {} is {}: strides are not negative", i, v.tensor.stride[i].hint),
+                              where);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status VerifyGraph(const Graph& graph) {
   const auto& nodes = graph.nodes();
   if (nodes.empty() || !nodes.back()->isOutput())
@@ -382,6 +411,10 @@ Status VerifyGraph(const Graph& graph) {
     if ((n.isPlaceholder() || n.isCallFunction()) &&
         n.val().kind == ValueFacts::Kind::kUnknown)
       return Status::BadInput("missing value facts (meta.val)", where);
+    FXREMAT_RETURN_IF_ERROR(CheckFacts(n.val(), where));
+    if (n.meta().value_range && n.meta().value_range->first >= n.meta().value_range->second)
+      return Status::BadInput(fmt::format("value_range [{}, {}) is empty", n.meta().value_range->first,
+                                          n.meta().value_range->second), where);
     static const std::set<std::string, std::less<>> kPolicies = {
         "MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE", "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD"};
     static const std::set<std::string, std::less<>> kTags = {"is_forward", "is_backward", "must_be_in_forward",
@@ -399,6 +432,15 @@ Status VerifyGraph(const Graph& graph) {
     if (n.isOutput() && (n.args().size() != 1 || n.args()[0].kind != Argument::Kind::kList))
       return Status::BadInput("the output node must have one argument, a list of values", where);
   }
+  for (const auto& [sym, hint] : graph.symbols())
+    if (hint < 0) return Status::BadInput(fmt::format("symbol {} has the hint {}: sizes are not negative", sym, hint), "symbols");
+  for (const auto& [target, c] : graph.constants())
+    if (c.kind == Constant::Kind::kTensor) {
+      ValueFacts v;
+      v.kind = ValueFacts::Kind::kTensor;
+      v.tensor = c.facts;
+      FXREMAT_RETURN_IF_ERROR(CheckFacts(v, fmt::format("constant '{}'", target)));
+    }
   if (graph.kind() == GraphKind::kJoint) {
     const JointFacts& joint = graph.joint();
     std::vector<Node*> outputs = graph.outputValues();

@@ -16,6 +16,13 @@
 namespace fxremat {
 
 struct SafetensorsEntry;
+
+// Documents nest values a few levels deep (node arguments, value facts, policy
+// combinations); anything deeper than this is refused before parsing, so that
+// no reader recurses without bound.
+inline constexpr int kMaxJsonDepth = 256;
+// Bad input naming the line and column where `text` nests deeper than kMaxJsonDepth.
+Status CheckJsonDepth(std::string_view text, const std::string& what);
 // sidecar_dir: where sidecar files named by "constants" are (empty: none may be).
 Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc, const std::string& sidecar_dir = "");
 nlohmann::ordered_json GraphToJsonDocument(const Graph& graph);

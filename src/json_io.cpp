@@ -96,7 +96,7 @@ Status GraphReader::ReadHeader(const json& doc) {
     if (!joint.contains("num_fwd_outputs") || !joint["num_fwd_outputs"].is_number_integer())
       return Fail("/joint/num_fwd_outputs", "missing or not an integer");
     graph_->joint().num_fwd_outputs = joint["num_fwd_outputs"].get<int64_t>();
-    if (joint.contains("output_paths")) {
+    if (joint.contains("output_paths") && !joint["output_paths"].is_null()) {
       if (!joint["output_paths"].is_array()) return Fail("/joint/output_paths", "expected an array");
       for (size_t i = 0; i < joint["output_paths"].size(); ++i) {
         const json& p = joint["output_paths"][i];
@@ -105,7 +105,7 @@ Status GraphReader::ReadHeader(const json& doc) {
         else return Fail(fmt::format("/joint/output_paths/{}", i), "expected a string or null");
       }
     }
-    if (joint.contains("tangent_outputs")) {
+    if (joint.contains("tangent_outputs") && !joint["tangent_outputs"].is_null()) {
       has_tangent_outputs_ = true;
       if (!joint["tangent_outputs"].is_array()) return Fail("/joint/tangent_outputs", "expected an array");
       for (size_t i = 0; i < joint["tangent_outputs"].size(); ++i) {
@@ -207,24 +207,37 @@ Status GraphReader::CheckReferences(const json& nodes) {
     }
   }
   if (!first_forward_ref) return Status::Ok();
-  // Look for a cycle with a DFS from every node (colors: 0 new, 1 on stack, 2 done).
+  // Look for a cycle with a DFS from every node (colors: 0 new, 1 on stack, 2
+  // done). Iterative: the path can be as long as the graph (a chain listed
+  // backwards), far deeper than the call stack allows.
   std::vector<int> color(nodes.size(), 0);
-  std::vector<size_t> stack;
-  std::function<std::optional<std::vector<size_t>>(size_t)> dfs = [&](size_t v) -> std::optional<std::vector<size_t>> {
-    color[v] = 1;
-    stack.push_back(v);
-    for (size_t w : edges[v]) {
+  std::vector<size_t> stack;       // the current path
+  std::vector<size_t> next_edge;   // per path entry: the next edge to follow
+  auto dfs = [&](size_t root) -> std::optional<std::vector<size_t>> {
+    color[root] = 1;
+    stack.assign(1, root);
+    next_edge.assign(1, 0);
+    while (!stack.empty()) {
+      const size_t v = stack.back();
+      if (next_edge.back() == edges[v].size()) {
+        color[v] = 2;
+        stack.pop_back();
+        next_edge.pop_back();
+        continue;
+      }
+      const size_t w = edges[v][next_edge.back()++];
       if (color[w] == 1) {
         auto start = std::find(stack.begin(), stack.end(), w);
         std::vector<size_t> cycle(start, stack.end());
         cycle.push_back(w);
         return cycle;
       }
-      if (color[w] == 0)
-        if (auto c = dfs(w)) return c;
+      if (color[w] == 0) {
+        color[w] = 1;
+        stack.push_back(w);
+        next_edge.push_back(0);
+      }
     }
-    stack.pop_back();
-    color[v] = 2;
     return std::nullopt;
   };
   for (size_t v = 0; v < nodes.size(); ++v) {
@@ -304,7 +317,11 @@ Expected<ValueFacts> GraphReader::ReadValueFacts(const json& j, const std::strin
              : kind == "symfloat" ? ValueFacts::Kind::kSymFloat : ValueFacts::Kind::kSymBool;
     if (!j.contains("expr") || !j["expr"].is_string()) return Fail(path + "/expr", "missing expression");
     v.expr = j["expr"].get<std::string>();
-    if (j.contains("hint") && j["hint"].is_number_integer()) v.hint = j["hint"].get<int64_t>();
+    if (j.contains("hint") && j["hint"].is_number_integer()) {
+      v.hint = j["hint"].get<int64_t>();
+    } else if (auto it = graph_->symbols().find(v.expr); it != graph_->symbols().end()) {
+      v.hint = it->second;  // a bare symbol: its hint is the graph's (what verify feeds it)
+    }
   } else if (kind == "tuple") {
     v.kind = ValueFacts::Kind::kTuple;
     if (!j.contains("items") || !j["items"].is_array()) return Fail(path + "/items", "missing tuple items");
@@ -327,9 +344,15 @@ Expected<Argument> GraphReader::ReadArgument(const json& j, const std::string& p
   switch (j.type()) {
     case json::value_t::null: return Argument::None();
     case json::value_t::boolean: return Argument::Bool(j.get<bool>());
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return Argument::Int(j.get<int64_t>());
-    case json::value_t::number_float: return Argument::Double(j.get<double>());
+    case json::value_t::number_integer: return Argument::Int(j.get<int64_t>());
+    case json::value_t::number_unsigned:
+      if (j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return Fail(path, fmt::format("the integer {} is outside int64", j.get<uint64_t>()));
+      return Argument::Int(j.get<int64_t>());
+    case json::value_t::number_float:
+      if (!std::isfinite(j.get<double>()))
+        return Fail(path, "a non-finite number: write {\"float\": \"inf\"}, \"-inf\" or \"nan\"");
+      return Argument::Double(j.get<double>());
     case json::value_t::string: return Argument::String(j.get<std::string>());
     case json::value_t::array: {
       std::vector<Argument> items;
@@ -693,7 +716,33 @@ ojson ArgumentToJson(const Argument& a) {
 
 Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) { return GraphFromJson(text, ""); }
 
+Status CheckJsonDepth(std::string_view text, const std::string& what) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  int64_t line = 1, column = 0;
+  for (char c : text) {
+    ++column;
+    if (c == '\n') { ++line; column = 0; }
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        return Status::BadInput(fmt::format("{} nests deeper than {} levels at line {}, column {}", what,
+                                            kMaxJsonDepth, line, column));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return Status::Ok();
+}
+
 Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std::string& sidecar_dir) {
+  FXREMAT_RETURN_IF_ERROR(CheckJsonDepth(text, "the JSON document"));
   json doc;
   try {
     doc = json::parse(text.begin(), text.end());
@@ -702,6 +751,21 @@ Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std:
     std::string what = e.what();
     if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
     return Status::BadInput(fmt::format("malformed JSON: {}", what));
+  } catch (const json::exception& e) {
+    // "[json.exception.out_of_range.406] number overflow parsing '-1e999'": no
+    // position from the library; find the token to name its line and column.
+    std::string what = e.what();
+    if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
+    std::string where;
+    if (auto q = what.find('\''); q != std::string::npos) {
+      const std::string token = what.substr(q + 1, what.rfind('\'') - q - 1);
+      if (size_t at = token.empty() ? std::string_view::npos : text.find(token); at != std::string_view::npos) {
+        const size_t line = static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n')) + 1;
+        const size_t line_start = text.rfind('\n', at);
+        where = fmt::format("line {}, column {}", line, at - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1);
+      }
+    }
+    return Status::BadInput(fmt::format("malformed JSON: {}", what), where);
   }
   return GraphFromJsonDocument(doc, sidecar_dir);
 }

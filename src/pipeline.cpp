@@ -5,7 +5,11 @@
 
 #include "fxremat/pass.h"
 #include "passes/default_partition.h"
+#include "passes/cse.h"
+#include "passes/eliminate_dead_code.h"
+#include "passes/force_saves.h"
 #include "passes/min_cut_partition.h"
+#include "passes/protect_mutations.h"
 #include "src/partition_internal.h"
 
 namespace fxremat {
@@ -17,6 +21,45 @@ Expected<OffloadTarget> OffloadTargetFromName(std::string_view name) {
 }
 
 std::string_view OffloadTargetName(OffloadTarget t) { return t == OffloadTarget::kXla ? "xla" : "torch"; }
+
+Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& options) {
+  if (options.static_lifetime_input_indices) {
+    int64_t primals = 0;
+    for (const Node* p : joint.placeholders()) primals += p->role() == PlaceholderRole::kPrimal;
+    for (int64_t k : *options.static_lifetime_input_indices)
+      if (k < 0 || k >= primals)
+        return Status::BadInput(fmt::format("index {} is out of range of the graph's {} primals", k, primals),
+                                "static_lifetime_input_indices");
+  }
+  FXREMAT_ASSIGN_OR_RETURN(bool has_recomputable, HasRecomputableOps(joint));
+  // The reference mutates the joint graph (dead code, CSE, tags, forced saves);
+  // fxremat works on a copy, made only when one of those steps has something
+  // to change.
+  const bool has_dead = !FindDeadCode(joint).empty();
+  const bool has_duplicates = options.cse && (has_dead || !FindCommonSubexpressions(joint).empty());
+  const bool has_forced = NeedsForcedSaves(joint);
+  const bool has_mutations = HasForwardMutations(joint);
+  bool has_demands = options.policy.has_value();
+  for (const auto& up : joint.nodes())
+    has_demands = has_demands || !up->meta().recompute.empty() || up->meta().offload_requested;
+  if (!has_recomputable && !has_dead && !has_duplicates && !has_forced && !has_demands && !has_mutations)
+    return CutPreparedGraph(joint, options);
+  // Note [Min-cut preparation]: the reference's steps before its cut, in its
+  // order, each a registered pass (fxremat/pass.h), run when it has work.
+  const std::pair<std::string_view, bool> stages[] = {
+      {"eliminate-dead-code", has_dead},        {"cse", has_duplicates},
+      {"protect-mutations", has_mutations},     {"cleanup-recompute-tags", has_recomputable},
+      {"force-saves", has_forced},              {"apply-policy", has_demands},
+      {"check-mutation-demands", has_mutations},
+  };
+  std::unique_ptr<Graph> g = CloneGraph(joint);
+  PassOptions pass_options;
+  pass_options.policy = options.policy ? &*options.policy : nullptr;
+  for (const auto& [pass, needed] : stages)
+    if (needed) FXREMAT_RETURN_IF_ERROR(RunGraphPass(pass, *g, pass_options).status());
+  return CutPreparedGraph(*g, options);
+}
+
 
 Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& request) {
   if (request.partitioner != "mincut" && request.partitioner != "default")

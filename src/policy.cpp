@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fxremat/partition.h"
+#include "src/json_internal.h"
 #include "src/partition_internal.h"
 
 namespace fxremat {
@@ -410,6 +411,7 @@ Expected<PolicySpec> ParsePolicy(std::string_view text) {
 }
 
 Expected<PolicySpec> PolicyFromJson(std::string_view text, std::string_view where) {
+  if (Status depth = CheckJsonDepth(text, "the policy JSON"); !depth.ok()) return depth.WithContext(std::string(where));
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::BadInput("malformed policy JSON", std::string(where));
   FXREMAT_ASSIGN_OR_RETURN(PolicySpec spec, FromJson(j, std::string(where)));

@@ -242,6 +242,7 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
 
 Expected<Signature> SignatureFromJson(const std::string& text, const std::string& where) {
   using json = nlohmann::json;
+  FXREMAT_RETURN_IF_ERROR(CheckJsonDepth(text, "the signature").WithContext(where));
   try {
     json j = json::parse(text);
     if (!j.is_object() || j.value("format", "") != "fxremat.signature")

@@ -170,6 +170,9 @@ class Lexer {
 };
 
 // Parses value facts from an annotation string ("f32[4, s0][s0, 1]cpu rg").
+// How deeply the text form may nest arguments or tuple annotations.
+constexpr int kMaxNesting = 256;
+
 class FactsParser {
  public:
   FactsParser(std::string_view s, const Graph& graph) : s_(s), graph_(graph) {}
@@ -182,7 +185,8 @@ class FactsParser {
 
  private:
   Status Err(const std::string& what) const {
-    return Status::BadInput(fmt::format("bad type annotation \"{}\": {} at offset {}", s_, what, pos_));
+    const std::string shown = s_.size() > 80 ? std::string(s_.substr(0, 77)) + "..." : std::string(s_);
+    return Status::BadInput(fmt::format("bad type annotation \"{}\": {} at offset {}", shown, what, pos_));
   }
   void SkipSpaces() { while (pos_ < s_.size() && s_[pos_] == ' ') ++pos_; }
   bool Consume(std::string_view t) {
@@ -242,6 +246,14 @@ class FactsParser {
     return dims;
   }
   Expected<ValueFacts> ParseOne() {
+    // Tuples nest a few levels; a deeper annotation is refused, not recursed into.
+    if (depth_ >= kMaxNesting) return Err(fmt::format("nests deeper than {} levels", kMaxNesting));
+    ++depth_;
+    Expected<ValueFacts> v = ParseOneAtDepth();
+    --depth_;
+    return v;
+  }
+  Expected<ValueFacts> ParseOneAtDepth() {
     SkipSpaces();
     ValueFacts v;
     if (Consume("None")) { v.kind = ValueFacts::Kind::kNone; return v; }
@@ -309,6 +321,7 @@ class FactsParser {
   std::string_view s_;
   const Graph& graph_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 constexpr std::string_view kLayouts[] = {"strided", "sparse_coo", "sparse_csr", "sparse_csc",
@@ -332,6 +345,7 @@ class Parser {
     NodeMeta meta;
   };
   std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
+  int argument_depth_ = 0;
   std::vector<std::pair<std::string, PendingInput>> inputs_;
   bool seen_header_ = false, seen_def_ = false, seen_return_ = false;
 };
@@ -545,6 +559,14 @@ Status Parser::ParseHeaderLine(Lexer& lex) {
 }
 
 Expected<Argument> Parser::ParseArgument(Lexer& lex) {
+  // Arguments nest a few lists deep; a deeper one is refused, not recursed into.
+  if (argument_depth_ >= kMaxNesting)
+    return lex.Error(lex.peek().col, fmt::format("arguments nest deeper than {} levels", kMaxNesting));
+  ++argument_depth_;
+  struct Leave {
+    int& depth;
+    ~Leave() { --depth; }
+  } leave{argument_depth_};
   const Token tok = lex.peek();
   switch (tok.kind) {
     case Tok::kInt: FXREMAT_RETURN_IF_ERROR(lex.Advance()); return Argument::Int(tok.int_value);

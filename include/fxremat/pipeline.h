@@ -50,6 +50,13 @@ struct PartitionRequest {
   bool keep_annotations = false;       // keep the naming ops in the emitted graphs
 };
 
+// Step 2 for "mincut" (Note [Partition pipeline]): on a copy of `joint`, the
+// preparation stages the reference runs before its cut, in its order, each when
+// it has work (eliminate-dead-code, cse, protect-mutations,
+// cleanup-recompute-tags, force-saves, apply-policy, check-mutation-demands),
+// then the solve and the extraction. MinCutPartition is this.
+Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& options);
+
 // Validates the request (unknown partitioner, a policy or options with the
 // default partitioner, barrier without the xla target: bad input) and runs the
 // pipeline on a copy of `joint`.

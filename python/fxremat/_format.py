@@ -803,6 +803,21 @@ def _constant_root(constants: dict[str, Any]) -> torch.nn.Module:
     return root
 
 
+def _check_with_cpp_reader(doc: dict, base_dir: str | None) -> None:
+    from ._partition import _extension
+
+    try:
+        ext = _extension()
+    except ImportError:  # the extension is not built: the Python checks alone
+        return
+    if not hasattr(ext, "check_document"):
+        return
+    try:
+        ext.check_document(doc, base_dir or "")
+    except (ValueError, TypeError) as e:
+        raise FormatError(str(e).removeprefix("fxremat: ")) from None
+
+
 def _read_doc(path: str | os.PathLike) -> dict:
     path = os.fspath(path)
     with open(path, "rb") as f:
@@ -816,6 +831,8 @@ def _read_doc(path: str | os.PathLike) -> dict:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise FormatError(f"{path}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise FormatError(f"{path}: the JSON document nests too deeply to read") from None
 
 
 def load(path: str | os.PathLike) -> fx.GraphModule:
@@ -830,6 +847,8 @@ def load(path: str | os.PathLike) -> fx.GraphModule:
     doc = _read_doc(path)
     try:
         return from_json(doc, base_dir=os.path.dirname(os.path.abspath(os.fspath(path))))
+    except RecursionError:
+        raise FormatError(f"{os.fspath(path)}: the document nests too deeply to read") from None
     except FormatError as e:
         raise FormatError(f"{os.fspath(path)}: {e}") from None
 
@@ -1033,8 +1052,12 @@ def _check_top(doc: Any) -> None:
 
 def from_json(doc: Any, base_dir: str | None = None) -> fx.GraphModule:
     """Rebuild a GraphModule from a parsed document. See :func:`load`. ``base_dir``:
-    where the sidecar file of large constants is (the graph file's directory)."""
+    where the sidecar file of large constants is (the graph file's directory).
+
+    The document is first read by the C++ library's reader, so every check of
+    docs/format.md applies here too, with the same located message as the CLI's."""
     _check_top(doc)
+    _check_with_cpp_reader(doc, base_dir)
     kind = doc["kind"]
     symbols = doc.get("symbols") or {}
     _expect(isinstance(symbols, dict) and all(isinstance(k, str) and _is_int(v) for k, v in symbols.items()),

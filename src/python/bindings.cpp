@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <fmt/format.h>
+
 #include <map>
 #include <optional>
 
@@ -32,25 +34,59 @@ T Unwrap(Expected<T> e) {
   return std::move(e).value();
 }
 
-// Python objects (what fxremat.to_json builds) -> nlohmann values, without text.
-nlohmann::json FromPython(const py::handle& o) {
+// Python objects (what fxremat.to_json builds) -> nlohmann values, without
+// text. Errors are fxremat's ValueError naming the document path: a value
+// nested deeper than kMaxJsonDepth, an int outside int64, a key that is not a
+// string, an object of another type.
+nlohmann::json FromPython(const py::handle& o, const std::string& path = "$", int depth = 0) {
+  if (depth > kMaxJsonDepth)
+    throw py::value_error(fmt::format("fxremat: {}: the document nests deeper than {} levels", path, kMaxJsonDepth));
   if (o.is_none()) return nullptr;
   if (py::isinstance<py::bool_>(o)) return o.cast<bool>();
-  if (py::isinstance<py::int_>(o)) return o.cast<int64_t>();
+  if (py::isinstance<py::int_>(o)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
+    if (overflow != 0)
+      throw py::value_error(fmt::format("fxremat: {}: the integer {} is outside int64", path,
+                                        std::string(py::str(o)).substr(0, 40)));
+    return static_cast<int64_t>(v);
+  }
   if (py::isinstance<py::float_>(o)) return o.cast<double>();
-  if (py::isinstance<py::str>(o)) return o.cast<std::string>();
+  if (py::isinstance<py::str>(o)) {
+    Py_ssize_t size = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(o.ptr(), &size);
+    if (!utf8) {
+      PyErr_Clear();
+      throw py::value_error(fmt::format("fxremat: {}: a string that is not valid Unicode (lone surrogates)", path));
+    }
+    return std::string(utf8, static_cast<size_t>(size));
+  }
   if (py::isinstance<py::dict>(o)) {
     nlohmann::json j = nlohmann::json::object();
-    for (auto item : o.cast<py::dict>()) j[item.first.cast<std::string>()] = FromPython(item.second);
+    for (auto item : o.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(item.first))
+        throw py::value_error(fmt::format("fxremat: {}: a key that is not a string", path));
+      std::string key = FromPython(item.first, path, depth + 1).get<std::string>();
+      j[key] = FromPython(item.second, path + "." + key, depth + 1);
+    }
     return j;
   }
   if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {
     nlohmann::json j = nlohmann::json::array();
-    for (auto item : o) j.push_back(FromPython(item));
+    size_t k = 0;
+    for (auto item : o) j.push_back(FromPython(item, fmt::format("{}[{}]", path, k++), depth + 1));
     return j;
   }
-  throw py::type_error("fxremat: a graph document holds only dict, list, str, int, float, bool and None, not " +
+  throw py::type_error("fxremat: " + path + ": a graph document holds only dict, list, str, int, float, bool and None, not " +
                        std::string(py::str(py::type::of(o))));
+}
+
+// A C++ string as Python text: invalid UTF-8 (a name read from a file) is shown
+// with backslash escapes instead of raising UnicodeDecodeError.
+py::str Text(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "backslashreplace");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
 }
 
 py::object ToPython(const nlohmann::ordered_json& j) {
@@ -116,11 +152,11 @@ std::unique_ptr<Graph> Parse(const std::string& text) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "fxremat C++ core (IR, I/O, partitioners)";
   m.attr("__version__") = FXREMAT_VERSION;
-  m.def("to_text", [](const std::string& graph) { return PrintGraph(*Parse(graph)); },
+  m.def("to_text", [](const std::string& graph) { return Text(PrintGraph(*Parse(graph))); },
         py::arg("graph"), "IR text form of a graph given as JSON or text.");
   m.def("to_json", [](const std::string& graph) { return GraphToJson(*Parse(graph)); },
         py::arg("graph"), "JSON form of a graph given as JSON or text.");
-  m.def("inspect", [](const std::string& graph) { return Unwrap(InspectGraph(*Parse(graph))); },
+  m.def("inspect", [](const std::string& graph) { return Text(Unwrap(InspectGraph(*Parse(graph)))); },
         py::arg("graph"));
   m.def(
       "partition",
@@ -178,8 +214,18 @@ PYBIND11_MODULE(_C, m) {
       py::arg("text"), "A policy's command-line form (NAME[:ARGS], POLICY+POLICY) as its JSON text.");
   m.def(
       "residual_report",
-      [](const std::string& signature) { return ResidualReport(Unwrap(SignatureFromJson(signature, "signature"))); },
+      [](const std::string& signature) { return Text(ResidualReport(Unwrap(SignatureFromJson(signature, "signature")))); },
       py::arg("signature"), "The residual report (include/fxremat/residuals.h) of a signature given as JSON text.");
+  m.def(
+      "check_document",
+      [](const py::dict& document, const std::string& sidecar_dir) {
+        nlohmann::json doc = FromPython(document);
+        Expected<std::unique_ptr<Graph>> g = GraphFromJsonDocument(doc, sidecar_dir);
+        if (!g.ok()) throw py::value_error(g.status().ToString());
+      },
+      py::arg("document"), py::arg("sidecar_dir") = "",
+      "Reads a graph document with the C++ reader (every check of docs/format.md); raises ValueError "
+      "with the located message the CLI prints.");
   m.def(
       "dtypes",
       [] {

@@ -196,10 +196,14 @@ def test_backend_inductor_policies(kind, fresh_compile_state):
 
 
 @pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
-@pytest.mark.parametrize("kind", [None, "nothing_saveable"])
+@pytest.mark.parametrize("kind", [None, "nothing_saveable", "budget 0"])
 def test_batchnorm_running_stats(compiler, kind, fresh_compile_state):
+    """BatchNorm reads its running stats before the forward overwrites them; at
+    budget 0 its results (getitems of the multi-output op) are saved, never the tuple."""
     options = {"compiler": compiler}
-    if kind:
+    if kind == "budget 0":
+        options["activation_memory_budget"] = 0.0
+    elif kind:
         options["policy"] = POLICIES[kind]
     _compile_step(BatchNormNet, torch.randn(2, 3, 6, 6), options)
 

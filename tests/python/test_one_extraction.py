@@ -107,3 +107,7 @@ def test_captured_joint_cli_and_partition_fn_agree(dynamic, repo_root, tmp_path)
     assert built == written
     if dynamic:  # the binding SymInt is saved for the backward by both
         assert re.search(r'def forward\(self, \w+: "Sym\(s\d+', written[1])
+    # and the CLI verifies it (SymInt inputs take their symbols' hints)
+    r = subprocess.run([str(repo_root / "build" / "fxremat"), "verify", str(path), str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
