@@ -97,19 +97,6 @@ IndexBound ValidIndexRange(const Graph& graph, const Node& input) {
   return bound;
 }
 
-// The range random values of an integer input are drawn from (Note [Valid
-// integer inputs]); empty (low >= high) when there is none: zeros.
-std::pair<int64_t, int64_t> IntegerRange(const Node& node) {
-  const IndexBound bound = ValidIndexRange(*node.owningGraph(), node);
-  const auto& recorded = node.meta().value_range;
-  if (!bound.any) return recorded ? *recorded : std::pair<int64_t, int64_t>{0, 0};
-  if (recorded) {
-    const int64_t lo = std::max(bound.low, recorded->first), hi = std::min(bound.high, recorded->second);
-    if (lo < hi) return {lo, hi};
-  }
-  return {bound.low, bound.high};
-}
-
 }  // namespace
 
 std::pair<int64_t, int64_t> IntegerInputRange(const Node& node) {

@@ -360,22 +360,20 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
   while (lex.peek().kind != Tok::kEnd) {
     size_t col = lex.peek().col;
     FXREMAT_ASSIGN_OR_RETURN(std::string key, lex.ExpectIdent());
-    if (key == "offload_requested") {  // a flag, no value
-      meta.offload_requested = true;
-      continue;
-    }
-    if (key == "mutated") {  // a flag, no value
-      meta.mutated = true;
-      continue;
-    }
-    if (key == "no_vc_check") {  // a flag, no value
-      meta.no_vc_check = true;
-      continue;
-    }
-    if (key == "has_backward_hook") {  // a flag, no value
-      meta.has_backward_hook = true;
-      continue;
-    }
+    // Flags: present (true) or absent, no value.
+    static constexpr std::pair<std::string_view, bool NodeMeta::*> kFlags[] = {
+        {"offload_requested", &NodeMeta::offload_requested},
+        {"mutated", &NodeMeta::mutated},
+        {"no_vc_check", &NodeMeta::no_vc_check},
+        {"has_backward_hook", &NodeMeta::has_backward_hook},
+    };
+    bool is_flag = false;
+    for (const auto& [name, field] : kFlags)
+      if (key == name) {
+        meta.*field = true;
+        is_flag = true;
+      }
+    if (is_flag) continue;
     FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
     if (key == "tag") { FXREMAT_ASSIGN_OR_RETURN(meta.partitioner_tag, lex.ExpectIdent()); }
     else if (key == "recompute") { FXREMAT_ASSIGN_OR_RETURN(meta.recompute, lex.ExpectIdent()); }

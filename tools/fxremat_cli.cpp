@@ -104,6 +104,15 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<std::pair<std
   fs::path target(dir);
   if (fs::exists(target, ec) && !fs::is_directory(target, ec))
     return Status::BadInput("exists and is not a directory", dir);
+  // Every destination must be absent or a regular file before anything is
+  // replaced: a directory (or device) in the way fails the run up front, with
+  // the earlier files untouched.
+  for (const auto& [name, contents] : files) {
+    const fs::path dest = target / name;
+    const fs::file_status st = fs::symlink_status(dest, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st))
+      return Status::BadInput(fmt::format("{} exists and is not a regular file; nothing was written", name), dir);
+  }
   fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   fs::path staging = parent / fmt::format(".{}.fxremat-staging.{}", target.filename().string(), ::getpid());
@@ -152,6 +161,13 @@ int RunPrint(const std::string& path, const std::string& output) {
     return kExitOk;
   }
   const bool as_text = output.size() >= 5 && output.compare(output.size() - 5, 5, ".fxir") == 0;
+  {
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(output, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st))
+      return Fail(Status::BadInput("exists and is not a regular file (a directory, device or link); nothing was written",
+                                   output));
+  }
   Status st = as_text ? WriteFileAtomically(output, PrintGraph(**graph)) : WriteGraphFile(output, **graph);
   return st.ok() ? kExitOk : Fail(st);
 }

@@ -803,6 +803,14 @@ def _constant_root(constants: dict[str, Any]) -> torch.nn.Module:
     return root
 
 
+# Boolean node flags of the format: JSON meta key -> FX node.meta key.
+_FLAG_META = {
+    "saved_tensor_with_no_vc_check": "saved_tensor_with_no_vc_check",
+    "has_backward_hook": "has_backward_hook",
+    "mutated": "fxremat_mutated",
+}
+
+
 def _check_with_cpp_reader(doc: dict, base_dir: str | None) -> None:
     from ._partition import _extension
 
@@ -1197,21 +1205,12 @@ def from_json(doc: Any, base_dir: str | None = None) -> fx.GraphModule:
                 _expect(isinstance(vr, list) and len(vr) == 2 and all(_is_int(x) for x in vr),
                         f"{where}.meta.value_range", f"expected [low, high), got {vr!r}")
                 node.meta["value_range"] = tuple(vr)
-            nvc = meta_j.get("saved_tensor_with_no_vc_check")
-            if nvc is not None:
-                _expect(isinstance(nvc, bool), f"{where}.meta.saved_tensor_with_no_vc_check", "expected a boolean")
-                if nvc:
-                    node.meta["saved_tensor_with_no_vc_check"] = True
-            hook = meta_j.get("has_backward_hook")
-            if hook is not None:
-                _expect(isinstance(hook, bool), f"{where}.meta.has_backward_hook", "expected a boolean")
-                if hook:
-                    node.meta["has_backward_hook"] = True
-            mut = meta_j.get("mutated")
-            if mut is not None:
-                _expect(isinstance(mut, bool), f"{where}.meta.mutated", "expected a boolean")
-                if mut:
-                    node.meta["fxremat_mutated"] = True
+            for key, meta_key in _FLAG_META.items():  # boolean flags: present and true, or absent
+                flag = meta_j.get(key)
+                if flag is not None:
+                    _expect(isinstance(flag, bool), f"{where}.meta.{key}", "expected a boolean")
+                    if flag:
+                        node.meta[meta_key] = True
             wb = meta_j.get("written_back_from")
             if wb is not None:
                 _expect(_is_int(wb) and wb >= 0, f"{where}.meta.written_back_from", "expected a forward output index")

@@ -15,7 +15,7 @@ import fxremat
 from fxremat._format import from_json, sidecar_name, to_json
 from fxremat.testing import programs
 
-from test_mutations import POLICIES
+from test_mutations import POLICIES, cli_partition_and_verify
 
 
 def _eager(program):
@@ -171,16 +171,7 @@ def test_non_tensor_constant_only_by_reference():
 
 @pytest.mark.parametrize("kind", sorted(POLICIES))
 def test_cli_partition_and_verify_every_policy(kind, repo_root, tmp_path):
-    cli = repo_root / "build" / "fxremat"
-    graph = repo_root / "testdata" / "t5_shift_right.json.gz"
-    policy_file = tmp_path / "policy.json"
-    policy_file.write_text(json.dumps(POLICIES[kind].to_json()))
-    out = tmp_path / "out"
-    r = subprocess.run([str(cli), "partition", str(graph), "-o", str(out), "--policy-file", str(policy_file)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([str(cli), "verify", str(graph), str(out)], capture_output=True, text=True)
-    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+    cli_partition_and_verify(repo_root, repo_root / "testdata" / "t5_shift_right.json.gz", POLICIES[kind], tmp_path)
 
 
 def test_verify_with_real_inputs(repo_root, tmp_path):

@@ -215,13 +215,17 @@ def test_batchnorm_running_stats(compiler, kind, fresh_compile_state):
 def test_cli_partition_and_verify_every_policy(kind, repo_root, tmp_path):
     """`fxremat partition --policy-file` then `fxremat verify` (which writes the mutated
     buffer back between forward and backward, as AOTAutograd's epilogue does)."""
+    cli_partition_and_verify(repo_root, repo_root / "testdata" / "mutated_counter.json.gz", POLICIES[kind], tmp_path)
+
+
+def cli_partition_and_verify(repo_root, graph, policy, tmp_path):
+    """`fxremat partition --policy-file` then `fxremat verify`: both succeed, verify passes."""
     import json
     import subprocess
 
     cli = repo_root / "build" / "fxremat"
-    graph = repo_root / "testdata" / "mutated_counter.json.gz"
     policy_file = tmp_path / "policy.json"
-    policy_file.write_text(json.dumps(POLICIES[kind].to_json()))
+    policy_file.write_text(json.dumps(policy.to_json()))
     out = tmp_path / "out"
     r = subprocess.run([str(cli), "partition", str(graph), "-o", str(out), "--policy-file", str(policy_file)],
                        capture_output=True, text=True)
