@@ -30,7 +30,8 @@ struct VerifyOptions {
   double tolerance_scale = 1.0;
   // A file of real inputs (safetensors, or a dict saved by torch.save as .pt),
   // keyed by joint placeholder name ("primals_1", "tangents_1") or by a primal's
-  // pytree path ("args[0]", "params['fc1.weight']"). Inputs it lacks are drawn
+  // pytree path ("args[0]", "params['fc1.weight']"); a SymInt input as a 0-d
+  // integer tensor. Inputs it lacks are drawn
   // at random; a key that names no input, or a tensor whose dtype or shape
   // differs from the graph's, is bad input.
   std::string inputs_file;

@@ -1005,6 +1005,15 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
                                 options.inputs_file);
       const Node& p = *joint_inputs[it->second];
       const ValueFacts& facts = p.val();
+      if (facts.kind == ValueFacts::Kind::kSymInt) {
+        // A SymInt input (dynamic shapes) comes as a 0-d integer tensor.
+        if (t.dim() != 0 || !at::isIntegralType(t.scalar_type(), /*includeBool=*/false))
+          return Status::BadInput("'" + key + "': input '" + p.name() + "' is a SymInt: give a 0-d integer tensor",
+                                  options.inputs_file);
+        master[it->second].scalar = IValue(t.item<int64_t>());
+        real[it->second] = true;
+        continue;
+      }
       if (!facts.is_tensor()) return Status::BadInput("'" + key + "': input '" + p.name() + "' is not a tensor",
                                                       options.inputs_file);
       std::vector<int64_t> want;

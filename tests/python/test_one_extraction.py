@@ -111,3 +111,10 @@ def test_captured_joint_cli_and_partition_fn_agree(dynamic, repo_root, tmp_path)
     r = subprocess.run([str(repo_root / "build" / "fxremat"), "verify", str(path), str(tmp_path / "out")],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+    if dynamic:  # a SymInt input given for real, as a 0-d integer tensor
+        sym = next(n for n in joint.graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt))
+        inputs = tmp_path / "inputs.pt"
+        torch.save({sym.name: torch.tensor(int(sym.meta["val"].node.hint))}, inputs)
+        r = subprocess.run([str(repo_root / "build" / "fxremat"), "verify", str(path), str(tmp_path / "out"),
+                            "--inputs", str(inputs)], capture_output=True, text=True)
+        assert r.returncode == 0 and f"inputs: 1 from {inputs}" in r.stdout, r.stdout + r.stderr
