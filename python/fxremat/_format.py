@@ -1058,14 +1058,17 @@ def _check_top(doc: Any) -> None:
     _expect(isinstance(doc.get("nodes"), list) and doc["nodes"], "$.nodes", "expected a non-empty list of nodes")
 
 
-def from_json(doc: Any, base_dir: str | None = None) -> fx.GraphModule:
+def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = False) -> fx.GraphModule:
     """Rebuild a GraphModule from a parsed document. See :func:`load`. ``base_dir``:
     where the sidecar file of large constants is (the graph file's directory).
 
     The document is first read by the C++ library's reader, so every check of
-    docs/format.md applies here too, with the same located message as the CLI's."""
+    docs/format.md applies here too, with the same located message as the CLI's;
+    ``written_by_cpp``: the document is the C++ library's own output (an emitted
+    forward or backward), which its reader would only read again."""
     _check_top(doc)
-    _check_with_cpp_reader(doc, base_dir)
+    if not written_by_cpp:
+        _check_with_cpp_reader(doc, base_dir)
     kind = doc["kind"]
     symbols = doc.get("symbols") or {}
     _expect(isinstance(symbols, dict) and all(isinstance(k, str) and _is_int(v) for k, v in symbols.items()),

@@ -206,7 +206,8 @@ def partition(
         import warnings
 
         warnings.warn(f"fxremat: {note}", stacklevel=2)
-    return Partition(forward=from_json(fw_doc), backward=from_json(bw_doc), signature=signature)
+    return Partition(forward=from_json(fw_doc, written_by_cpp=True), backward=from_json(bw_doc, written_by_cpp=True),
+                     signature=signature)
 
 
 def to_text(graph: Any) -> str:

@@ -403,6 +403,13 @@ std::optional<IValue> Coerce(const IValue& v, const c10::TypePtr& type, std::opt
   }
 }
 
+// Row-major strides of a contiguous tensor of these sizes.
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
+  return strides;
+}
+
 // ---------------------------------------------------------------------------
 // The interpreter
 // ---------------------------------------------------------------------------
@@ -426,8 +433,7 @@ class Interpreter {
     std::vector<int64_t> sizes;
     for (const Dim& d : c.facts.shape) sizes.push_back(d.hint);
     const auto options = at::TensorOptions().device(VerifyDevice()).dtype(ToScalarType(c.facts.dtype));
-    std::vector<int64_t> contiguous_strides(sizes.size(), 1);
-    for (size_t d = sizes.size(); d-- > 1;) contiguous_strides[d - 1] = contiguous_strides[d] * std::max<int64_t>(sizes[d], 1);
+    const std::vector<int64_t> contiguous_strides = ContiguousStrides(sizes);
     at::Tensor contiguous = at::empty_strided(sizes, contiguous_strides, options.device(at::kCPU));
     if (!c.data->empty()) std::memcpy(contiguous.data_ptr(), c.data->data(), c.data->size());
     std::vector<int64_t> strides = contiguous_strides;
@@ -708,12 +714,6 @@ at::Tensor FlatStorage(const at::Tensor& t, int64_t elements) {
   return t.as_strided({elements}, {1}, t.storage_offset());
 }
 
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
-  return strides;
-}
-
 // Tensors from a --inputs file, by key.
 Expected<std::map<std::string, at::Tensor>> LoadInputsFile(const std::string& path) {
   FXREMAT_ASSIGN_OR_RETURN(std::string contents, ReadFileContents(path));
@@ -783,8 +783,7 @@ Expected<InputValue> MakeInput(const Node& node, const at::Generator& gen) {
   if (facts.stride.size() == facts.shape.size()) {
     for (const Dim& d : facts.stride) in.strides.push_back(d.hint);
   } else {  // contiguous
-    in.strides.assign(in.sizes.size(), 1);
-    for (size_t d = in.sizes.size(); d-- > 1;) in.strides[d - 1] = in.strides[d] * std::max<int64_t>(in.sizes[d], 1);
+    in.strides = ContiguousStrides(in.sizes);
   }
   for (size_t d = 0; d < in.sizes.size(); ++d)
     if (in.sizes[d] < 0 || in.strides[d] < 0)

@@ -68,13 +68,12 @@ def test_out_of_range_static_lifetime_index_is_an_error():
         fxremat.partition_fn()(gm, None, num_fwd_outputs=nfo, static_lifetime_input_indices=[0, 7])
 
 
-def test_default_partition_falls_back_to_mincut_on_a_non_functional_graph_with_tags():
+def test_default_partition_falls_back_to_mincut_on_a_non_functional_graph_with_tags(repo_root):
     """As PyTorch: checkpoint tags + an in-place op on an intermediate -> min cut, with
     a warning that says so."""
     from fxremat._format import from_json
-    from fxremat.testing import testdata  # noqa: F401
 
-    text = open(__file__.replace("test_functorch_parity.py", "../golden/default_partition.test")).read()
+    text = (repo_root / "tests" / "golden" / "default_partition.test").read_text()
     case = [c for c in text.split("// -----") if "not functional" in c][0]
     graph_text = "\n".join(line for line in case.splitlines() if not line.startswith("//"))
     doc = __import__("json").loads(fxremat._partition._extension().to_json(graph_text))
