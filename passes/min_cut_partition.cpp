@@ -34,6 +34,7 @@
 #include "passes/min_cut_partition.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <map>
 #include <queue>
@@ -46,6 +47,7 @@
 #include "fxremat/pass.h"
 #include "fxremat/pipeline.h"
 #include "fxremat/policy.h"
+#include "passes/budget_partition.h"
 #include "passes/default_partition.h"
 #include "src/max_flow.h"
 #include "src/partition_internal.h"
@@ -509,15 +511,42 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
     (name == "prefer_save_factor" ? options.prefer_save_factor : options.prefer_recompute_factor) = v;
     return Status::Ok();
   }
-  if (name == "max_dist_from_bw" || name == "activation_memory_budget") {
+  if (name == "max_dist_from_bw") {
     char* end = nullptr;
     double v = std::strtod(value.c_str(), &end);
     if (value.empty() || *end != '\0') return Status::BadInput(fmt::format("option {} takes a number, not '{}'", name, value));
-    if (name == "max_dist_from_bw") options.max_dist_from_bw = static_cast<int64_t>(v);
-    else if (v != 0.0 && v != 1.0)
-      return Status::BadInput(fmt::format("activation_memory_budget={} is not supported yet: only 1.0 (the minimum "
-                                          "cut) and 0.0 (save only the inputs)", value));
-    else options.activation_memory_budget = v;
+    options.max_dist_from_bw = static_cast<int64_t>(v);
+    return Status::Ok();
+  }
+  if (name == "activation_memory_budget" || name == "recompute_flops_per_byte") {
+    char* end = nullptr;
+    double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !std::isfinite(v))
+      return Status::BadInput(fmt::format("option {} takes a number, not '{}'", name, value));
+    if (name == "recompute_flops_per_byte") {
+      if (v < 0) return Status::BadInput(fmt::format("option {} takes a non-negative number, not '{}'", name, value));
+      options.recompute_flops_per_byte = v;
+      return Status::Ok();
+    }
+    if (v < 0 || v > 1)
+      return Status::BadInput(fmt::format("activation_memory_budget={} is outside [0, 1] (a fraction between the "
+                                          "smallest peak and the min cut's; memory_budget_bytes takes bytes)", value));
+    options.activation_memory_budget = v;
+    return Status::Ok();
+  }
+  if (name == "memory_budget_bytes") {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || errno == ERANGE || v < 0)
+      return Status::BadInput(fmt::format("option memory_budget_bytes takes a non-negative number of bytes, not '{}'", value));
+    options.memory_budget_bytes = static_cast<int64_t>(v);
+    return Status::Ok();
+  }
+  if (name == "budget_objective") {
+    if (value != "peak" && value != "saved")
+      return Status::BadInput(fmt::format("option budget_objective takes peak or saved, not '{}'", value));
+    options.budget_objective = value;
     return Status::Ok();
   }
   if (name == "static_lifetime_input_indices") {
@@ -546,7 +575,7 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
 
 Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& options) {
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
-  if (options.activation_memory_budget == 0.0) {
+  if (options.budget_objective == "saved" && options.activation_memory_budget == 0.0) {
     MinCutSolution s;
     s.saved_values = c.primals;
     s.saved_values.insert(s.saved_values.end(), c.fwd_rng.begin(), c.fwd_rng.end());
@@ -602,6 +631,24 @@ Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& option
     // Nothing depends on a tangent: as the reference, hand over to the default partition.
     FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(g));
     return ExtractPartition(g, saved, "mincut");
+  }
+  if (options.budget_objective == "saved" &&
+      ((options.activation_memory_budget != 0.0 && options.activation_memory_budget != 1.0) ||
+       options.memory_budget_bytes))
+    return Status::BadInput(fmt::format(
+        "budget_objective=saved (PyTorch's meaning) supports activation_memory_budget 1.0 and 0.0 only, not {}; "
+        "the peak objective (the default) takes any fraction and memory_budget_bytes",
+        options.memory_budget_bytes ? fmt::format("memory_budget_bytes={}", *options.memory_budget_bytes)
+                                    : fmt::format("{}", options.activation_memory_budget)));
+  if (WantsPeakBudget(options)) {
+    // Note [Peak budget]
+    FXREMAT_ASSIGN_OR_RETURN(BudgetSolution budget, SolvePeakBudget(g, options));
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, budget.saved_values, "mincut"));
+    MarkOffloaded(p);
+    PeakSummary summary;
+    summary.budget_bytes = budget.budget_bytes;
+    p.signature.peak = summary;
+    return p;
   }
   FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(g, options));
   std::vector<Node*> saved;

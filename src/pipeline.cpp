@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "fxremat/pass.h"
+#include "fxremat/peak_model.h"
+#include "passes/budget_partition.h"
 #include "passes/default_partition.h"
 #include "passes/cse.h"
 #include "passes/eliminate_dead_code.h"
@@ -22,7 +24,11 @@ Expected<OffloadTarget> OffloadTargetFromName(std::string_view name) {
 
 std::string_view OffloadTargetName(OffloadTarget t) { return t == OffloadTarget::kXla ? "xla" : "torch"; }
 
-Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& options) {
+namespace {
+
+// The min cut's preparation stages on a copy of `joint`; null when none has
+// work (the joint graph is cut as it is).
+Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutOptions& options) {
   if (options.static_lifetime_input_indices) {
     int64_t primals = 0;
     for (const Node* p : joint.placeholders()) primals += p->role() == PlaceholderRole::kPrimal;
@@ -43,7 +49,7 @@ Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& opt
   for (const auto& up : joint.nodes())
     has_demands = has_demands || !up->meta().recompute.empty() || up->meta().offload_requested;
   if (!has_recomputable && !has_dead && !has_duplicates && !has_forced && !has_demands && !has_mutations)
-    return CutPreparedGraph(joint, options);
+    return std::unique_ptr<Graph>();
   // Note [Min-cut preparation]: the reference's steps before its cut, in its
   // order, each a registered pass (fxremat/pass.h), run when it has work.
   const std::pair<std::string_view, bool> stages[] = {
@@ -57,9 +63,43 @@ Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& opt
   pass_options.policy = options.policy ? &*options.policy : nullptr;
   for (const auto& [pass, needed] : stages)
     if (needed) FXREMAT_RETURN_IF_ERROR(RunGraphPass(pass, *g, pass_options).status());
-  return CutPreparedGraph(*g, options);
+  return g;
 }
 
+// Step 1 of the pipeline: the annotation ops folded on a copy; null when the
+// graph has none.
+Expected<std::unique_ptr<Graph>> FoldAnnotationsIfAny(const Graph& joint, const PassOptions& pass_options) {
+  bool has_annotations = false;
+  for (const auto& up : joint.nodes()) has_annotations = has_annotations || (up->isCallFunction() && IsAnnotationOp(up->target()));
+  if (!has_annotations) return std::unique_ptr<Graph>();
+  std::unique_ptr<Graph> folded = CloneGraph(joint);
+  FXREMAT_RETURN_IF_ERROR(RunGraphPass("fold-annotations", *folded, pass_options).status());
+  return folded;
+}
+
+}  // namespace
+
+Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& options) {
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareForCut(joint, options));
+  return CutPreparedGraph(prepared ? *prepared : joint, options);
+}
+
+Expected<std::unique_ptr<Graph>> PrepareMinCutGraph(const Graph& joint, const MinCutOptions& options) {
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareForCut(joint, options));
+  return prepared ? std::move(prepared) : CloneGraph(joint);
+}
+
+Expected<std::vector<FrontPoint>> RunPeakFront(const Graph& joint, const PartitionRequest& request, int points) {
+  if (request.partitioner != "mincut")
+    return Status::BadInput("the peak front needs the mincut partitioner (the default partition has no choice)");
+  if (points < 1 || points > 1000) return Status::BadInput(fmt::format("--points takes 1 to 1000, not {}", points));
+  PassOptions pass_options;
+  pass_options.offload_target = request.offload_target;
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> folded, FoldAnnotationsIfAny(joint, pass_options));
+  const Graph& g = folded ? *folded : joint;
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareForCut(g, request.mincut));
+  return PeakFront(prepared ? *prepared : g, request.mincut, points);
+}
 
 Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& request) {
   if (request.partitioner != "mincut" && request.partitioner != "default")
@@ -74,15 +114,8 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   pass_options.keep_annotations = request.keep_annotations;
   pass_options.offload_target = request.offload_target;
   // 1. The annotation ops are folded on a copy; graphs without any skip the copy.
-  bool has_annotations = false;
-  for (const auto& up : joint.nodes()) has_annotations = has_annotations || (up->isCallFunction() && IsAnnotationOp(up->target()));
-  std::unique_ptr<Graph> folded;
-  const Graph* g = &joint;
-  if (has_annotations) {
-    folded = CloneGraph(joint);
-    FXREMAT_RETURN_IF_ERROR(RunGraphPass("fold-annotations", *folded, pass_options).status());
-    g = folded.get();
-  }
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> folded, FoldAnnotationsIfAny(joint, pass_options));
+  const Graph* g = folded ? folded.get() : &joint;
 
   // 2. The partitioner.
   Partition p;
@@ -117,6 +150,19 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   // 5. and 6.
   FXREMAT_RETURN_IF_ERROR(RunPartitionPass("emit-offload", p, pass_options).status());
   if (request.barrier) FXREMAT_RETURN_IF_ERROR(RunPartitionPass("insert-barriers", p, pass_options).status());
+  // 7. What the step's peak will be (Note [Peak model]).
+  FXREMAT_ASSIGN_OR_RETURN(PeakEstimate peak, SimulatePeak(p));
+  PeakSummary summary;
+  if (p.signature.peak) summary.budget_bytes = p.signature.peak->budget_bytes;
+  // Note [Peak budget]: never over budget, checked on what is emitted.
+  if (summary.budget_bytes && peak.peak_bytes > *summary.budget_bytes)
+    return Status::Internal(fmt::format("the emitted partition's simulated peak, {} B, is over the budget of {} B",
+                                        peak.peak_bytes, *summary.budget_bytes));
+  summary.bytes = peak.peak_bytes;
+  summary.node = peak.peak_node;
+  summary.graph = peak.peak_graph;
+  summary.live_after_forward_bytes = peak.live_after_forward_bytes;
+  p.signature.peak = summary;
   return p;
 }
 

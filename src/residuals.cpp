@@ -76,6 +76,14 @@ std::string ResidualReport(const Signature& sig) {
   if (const int64_t syms = sig.savedSymInts(); syms > 0)
     out += fmt::format(", {} symint{} on the autograd context", syms, syms == 1 ? "" : "s");
   out += "\n";
+  if (sig.peak) {
+    const PeakSummary& pk = *sig.peak;
+    out += fmt::format("step peak (simulated): {} B above the inputs, {}", pk.bytes,
+                       pk.node.empty() ? fmt::format("when the tangents arrive in the {}", pk.graph)
+                                       : fmt::format("at {} in the {}", pk.node, pk.graph));
+    if (pk.budget_bytes) out += fmt::format(" (budget {} B)", *pk.budget_bytes);
+    out += fmt::format("; {} B live after the forward\n", pk.live_after_forward_bytes);
+  }
   return out;
 }
 

@@ -237,6 +237,15 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
   j["saved_symints"] = sig.savedSymInts();
   j["offloaded_bytes"] = sig.offloadedBytes();
   if (!sig.notes.empty()) j["notes"] = sig.notes;
+  if (sig.peak) {
+    ojson peak = ojson::object();
+    peak["bytes"] = sig.peak->bytes;
+    peak["node"] = sig.peak->node;
+    peak["graph"] = sig.peak->graph;
+    peak["live_after_forward_bytes"] = sig.peak->live_after_forward_bytes;
+    if (sig.peak->budget_bytes) peak["budget_bytes"] = *sig.peak->budget_bytes;
+    j["peak"] = peak;
+  }
   return j;
 }
 
@@ -319,6 +328,17 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
     if (j.contains("notes") && j["notes"].is_array())
       for (const auto& note : j["notes"])
         if (note.is_string()) sig.notes.push_back(note.get<std::string>());
+    if (j.contains("peak") && j["peak"].is_object()) {
+      const json& pk = j["peak"];
+      PeakSummary peak;
+      peak.bytes = pk.at("bytes").get<int64_t>();
+      peak.node = pk.value("node", "");
+      peak.graph = pk.value("graph", "");
+      peak.live_after_forward_bytes = pk.value("live_after_forward_bytes", int64_t{0});
+      if (pk.contains("budget_bytes") && pk["budget_bytes"].is_number_integer())
+        peak.budget_bytes = pk["budget_bytes"].get<int64_t>();
+      sig.peak = peak;
+    }
     return sig;
   } catch (const nlohmann::json::exception& e) {
     return Status::BadInput(fmt::format("malformed signature: {}", e.what()), where);

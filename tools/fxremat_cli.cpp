@@ -181,6 +181,26 @@ std::string Describe(const SavedValue& s) {
                      s.offloaded ? "  offloaded" : "");
 }
 
+// "64MiB", "1.5GB", "4096" -> bytes.
+Expected<int64_t> ParseByteSize(const std::string& text) {
+  size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  std::string unit = text.substr(end);
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},           {"B", 1},           {"KB", 1e3},   {"MB", 1e6},   {"GB", 1e9},
+      {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+  };
+  for (const auto& [name, scale] : kUnits)
+    if (end > 0 && unit == name && value >= 0 && value * scale < 9.2e18)
+      return static_cast<int64_t>(value * scale);
+  return Status::BadInput(fmt::format("--memory-budget takes a byte size such as 4096, 64MiB or 1.5GB, not '{}'", text));
+}
+
 // The flags `partition` and `residuals` share: what to partition with.
 struct PartitionFlags {
   std::string partitioner = "mincut";
@@ -189,8 +209,13 @@ struct PartitionFlags {
   std::string offload_target = "torch";
   bool barrier = false;
   bool keep_annotations = false;
+  std::string memory_budget;
 
   void AddTo(CLI::App* cmd) {
+    cmd->add_option("--memory-budget", memory_budget,
+                    "Bound on the step's simulated peak above the inputs (Note [Peak budget], docs/budget.md): "
+                    "bytes, with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), e.g. 64MiB; a fraction goes "
+                    "through --config activation_memory_budget=F");
     cmd->add_option("--partitioner", partitioner,
                     "mincut (functorch's min_cut_rematerialization_partition) or default (functorch's "
                     "default_partition)")->capture_default_str();
@@ -198,7 +223,9 @@ struct PartitionFlags {
                     "A min-cut option as NAME=VALUE, with functorch's config names: recompute_views, "
                     "aggressive_recomputation, ban_recompute_{used_far_apart,long_fusible_chains,"
                     "materialized_backward,not_in_allowlist,reductions}, treat_parameters_as_free_to_save, cse, "
-                    "max_dist_from_bw, activation_memory_budget (0 or 1), static_lifetime_input_indices "
+                    "max_dist_from_bw, activation_memory_budget (0..1 of the range from the smallest peak to the "
+                    "min cut's), memory_budget_bytes, budget_objective (peak or saved), recompute_flops_per_byte, "
+                    "static_lifetime_input_indices "
                     "(comma-separated primal indices; default: primals with a params[/buffers[ path), "
                     "max_flow (dinic, boykov_kolmogorov, push_relabel). Repeatable.");
     cmd->add_option("--policy", policy,
@@ -224,6 +251,11 @@ struct PartitionFlags {
     }
     if (!config.empty() && partitioner != "mincut")
       return Status::BadInput("--config applies to --partitioner mincut only");
+    if (!memory_budget.empty()) {
+      if (partitioner != "mincut") return Status::BadInput("--memory-budget applies to --partitioner mincut only");
+      FXREMAT_ASSIGN_OR_RETURN(int64_t bytes, ParseByteSize(memory_budget));
+      request.mincut.memory_budget_bytes = bytes;
+    }
     if (!policy.empty() && !policy_file.empty())
       return Status::BadInput("--policy and --policy-file both give a policy: use one");
     if (!policy.empty()) {
@@ -282,6 +314,12 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
     std::cout << fmt::format(" ({} bytes offloaded to host)", p.signature.offloadedBytes());
   std::cout << "\n";
   for (const SavedValue& s : p.signature.saved) std::cout << Describe(s) << "\n";
+  if (const auto& pk = p.signature.peak) {
+    std::cout << fmt::format("step peak (simulated): {} bytes above the inputs, {}", pk->bytes,
+                             pk->node.empty() ? fmt::format("when the tangents arrive") : fmt::format("at {} in the {}", pk->node, pk->graph));
+    if (pk->budget_bytes) std::cout << fmt::format(" (budget {} bytes)", *pk->budget_bytes);
+    std::cout << "\n";
+  }
   if (!out_dir.empty()) std::cout << fmt::format("wrote {}/{{forward,backward,signature}}.json\n", out_dir);
   return kExitOk;
 }
@@ -290,6 +328,74 @@ int RunResiduals(const std::string& path, const PartitionFlags& flags) {
   auto partition = PartitionFile(path, flags);
   if (!partition.ok()) return Fail(partition.status());
   std::cout << ResidualReport(partition->signature);
+  return kExitOk;
+}
+
+// The front as JSON (one object per point, the solver's candidates first).
+std::string FrontToJson(const std::vector<FrontPoint>& front, const std::string& graph) {
+  std::string out = fmt::format("{{\n  \"format\": \"fxremat.front\",\n  \"graph\": \"{}\",\n  \"points\": [", graph);
+  for (size_t i = 0; i < front.size(); ++i)
+    out += fmt::format("{}\n    {{\"label\": \"{}\", \"peak_bytes\": {}, \"recompute_cost\": {:.6g}, \"saved_bytes\": {}}}",
+                       i ? "," : "", front[i].label, front[i].peak_bytes, front[i].recompute_cost, front[i].saved_bytes);
+  out += "\n  ]\n}\n";
+  return out;
+}
+
+// A scatter plot of the front (peak against recompute cost) as SVG: the
+// candidates in grey, the budget points joined in blue, the min cut red.
+std::string FrontToSvg(const std::vector<FrontPoint>& front, const std::string& graph) {
+  const double w = 640, h = 420, left = 80, right = 20, top = 40, bottom = 60;
+  double max_peak = 1, max_cost = 1;
+  for (const FrontPoint& p : front) {
+    max_peak = std::max(max_peak, static_cast<double>(p.peak_bytes));
+    max_cost = std::max(max_cost, p.recompute_cost);
+  }
+  auto x = [&](double cost) { return left + (w - left - right) * cost / max_cost; };
+  auto y = [&](double peak) { return h - bottom - (h - top - bottom) * peak / max_peak; };
+  std::string svg = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n", w, h);
+  svg += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h);
+  svg += fmt::format("<text x=\"{}\" y=\"20\" text-anchor=\"middle\">{}: step peak vs recompute cost</text>\n", w / 2, graph);
+  svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n", left, h - bottom, w - right);
+  svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", left, h - bottom, top);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">recompute cost (flops-equivalent, max {:.3g})</text>\n", (left + w - right) / 2, h - 20, max_cost);
+  svg += fmt::format("<text x=\"20\" y=\"{}\" transform=\"rotate(-90 20 {})\" text-anchor=\"middle\">peak above inputs (max {:.4g} MiB)</text>\n", (top + h - bottom) / 2, (top + h - bottom) / 2, max_peak / 1048576.0);
+  std::string line;
+  for (const FrontPoint& p : front) {
+    const bool budget = p.label.rfind("budget", 0) == 0;
+    const char* color = p.label == "min cut" ? "red" : p.label == "inputs only" ? "orange" : budget ? "steelblue" : "grey";
+    svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" fill=\"{}\"><title>{}: {} B, cost {:.4g}</title></circle>\n",
+                       x(p.recompute_cost), y(static_cast<double>(p.peak_bytes)), budget ? 4 : 3, color, p.label, p.peak_bytes, p.recompute_cost);
+    if (budget) line += fmt::format("{:.1f},{:.1f} ", x(p.recompute_cost), y(static_cast<double>(p.peak_bytes)));
+  }
+  svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"steelblue\"/>\n", line);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"red\">red: min cut</text><text x=\"{}\" y=\"{}\" fill=\"orange\">orange: inputs only</text>"
+                     "<text x=\"{}\" y=\"{}\" fill=\"steelblue\">blue: budgets</text>\n", w - 150, top + 10, w - 150, top + 26, w - 150, top + 42);
+  svg += "</svg>\n";
+  return svg;
+}
+
+int RunPareto(const std::string& path, const PartitionFlags& flags, int points, const std::string& out,
+              const std::string& plot) {
+  auto request = flags.Request();
+  if (!request.ok()) return Fail(request.status());
+  auto graph = LoadForWork(path);
+  if (!graph.ok()) return Fail(graph.status());
+  if ((*graph)->kind() != GraphKind::kJoint)
+    return Fail(Status::BadInput(fmt::format("expected a joint graph, got a {} graph", GraphKindName((*graph)->kind())), path));
+  auto front = RunPeakFront(**graph, *request, points);
+  if (!front.ok()) return Fail(front.status().WithContext(path));
+  const std::string name = (*graph)->name().empty() ? fs::path(path).filename().string() : (*graph)->name();
+  std::cout << fmt::format("{:<28} {:>14} {:>16} {:>14}\n", "point", "peak (B)", "recompute cost", "saved (B)");
+  for (const FrontPoint& p : *front)
+    std::cout << fmt::format("{:<28} {:>14} {:>16.6g} {:>14}\n", p.label, p.peak_bytes, p.recompute_cost, p.saved_bytes);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!out.empty()) files.emplace_back(out, FrontToJson(*front, name));
+  if (!plot.empty()) files.emplace_back(plot, FrontToSvg(*front, name));
+  for (const auto& [file, text] : files) {
+    Status st = WriteFileAtomically(file, text);
+    if (!st.ok()) return Fail(st);
+    std::cout << "wrote " << file << "\n";
+  }
   return kExitOk;
 }
 
@@ -360,6 +466,16 @@ int main(int argc, char** argv) {
   residuals->add_option("graph", graph_path, "Joint graph file")->required();
   flags.AddTo(residuals);
 
+  int points = 20;
+  std::string plot;
+  auto* pareto = app.add_subcommand("pareto", "The step peak / recompute cost front of a joint graph: the budget "
+                                    "solver's candidates and evenly spaced budgets (docs/budget.md)");
+  pareto->add_option("graph", graph_path, "Joint graph file")->required();
+  flags.AddTo(pareto);
+  pareto->add_option("--points", points, "Budgets from the smallest peak to the min cut's")->capture_default_str();
+  pareto->add_option("-o,--output", output, "Write the front as JSON here");
+  pareto->add_option("--plot", plot, "Write the front as an SVG plot here");
+
   auto* verify = app.add_subcommand("verify", "Check a partition numerically against its joint graph (libtorch)");
   verify->add_option("graph", graph_path, "Joint graph file")->required();
   verify->add_option("partition_dir", out_dir, "Directory written by `fxremat partition -o`")->required();
@@ -386,6 +502,7 @@ int main(int argc, char** argv) {
     if (print_cmd->parsed()) return RunPrint(graph_path, output);
     if (partition->parsed()) return RunPartitionCommand(graph_path, flags, out_dir, print);
     if (residuals->parsed()) return RunResiduals(graph_path, flags);
+    if (pareto->parsed()) return RunPareto(graph_path, flags, points, output, plot);
     if (verify->parsed()) return RunVerify(graph_path, out_dir, seed, tolerance_scale, inputs_file);
   } catch (const std::exception& e) {
     // The library reports errors as Status; anything thrown is a bug, but the

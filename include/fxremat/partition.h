@@ -87,8 +87,20 @@ struct TangentEntry {
   int64_t forward_output_index = -1;  // the forward output it is the cotangent of
 };
 
+// The step's simulated peak (Note [Peak model] in fxremat/peak_model.h), as
+// the signature reports it: bytes above the inputs and where it occurs, and
+// the peak budget the partition was made under, when there was one.
+struct PeakSummary {
+  int64_t bytes = 0;
+  std::string node;   // the node running at the peak ("" : the tangents' arrival)
+  std::string graph;  // "forward" or "backward"
+  int64_t live_after_forward_bytes = 0;
+  std::optional<int64_t> budget_bytes;
+  bool operator==(const PeakSummary&) const = default;
+};
+
 struct Signature {
-  std::string partitioner;  // "default", "mincut"
+  std::string partitioner;  // "default", "mincut", "budget"
   int64_t num_fwd_outputs = 0;
   int64_t forward_num_inputs = 0, forward_num_outputs = 0;
   int64_t backward_num_inputs = 0, backward_num_outputs = 0;
@@ -99,6 +111,8 @@ struct Signature {
   // What the partitioner wants the user to know (a fallback it took, a demand
   // it could not honour as asked); front ends show them as warnings.
   std::vector<std::string> notes;
+  // Set by the pipeline (RunPartition) on every partition it emits.
+  std::optional<PeakSummary> peak;
   int64_t savedBytes() const;    // every saved tensor (device and host); symints are not bytes
   int64_t savedSymInts() const;  // how many saved values are symints
   int64_t offloadedBytes() const;  // the offloaded ones

@@ -43,9 +43,22 @@ struct MinCutOptions {
   bool cse = true;
   // Ban recomputing forward ops farther than this from the backward.
   int64_t max_dist_from_bw = 1000;
-  // Only 1.0 (the min cut) and 0.0 (save only the inputs) are supported; the
-  // budget search between them belongs to the memory-budget solver.
+  // Note [Peak budget] (passes/budget_partition.h): with budget_objective
+  // "peak", the step's simulated peak above the inputs may be at most
+  // smallest + activation_memory_budget * (min cut's - smallest), where
+  // smallest is the lowest peak the budget solver reaches; 1.0 is the min cut
+  // itself. With "saved" (PyTorch's meaning, for side-by-side runs) only 1.0
+  // and 0.0 (save only the inputs) are supported.
   double activation_memory_budget = 1.0;
+  // The same bound in bytes (the activation peak above the inputs); takes
+  // precedence over the fraction. Unset: no byte budget.
+  std::optional<int64_t> memory_budget_bytes;
+  // "peak" or "saved" (see activation_memory_budget).
+  std::string budget_objective = "peak";
+  // The budget solver's recompute cost of an op: its flops (matmul,
+  // convolution, attention, from shapes) plus this many flops per byte it
+  // reads and writes (what makes memory-bound ops cost something).
+  double recompute_flops_per_byte = 64.0;
   // Indices (among primals) of static-lifetime inputs. Unset: the primals whose
   // pytree path starts with params[ or buffers[, which is what torch.compile
   // passes for an nn.Module's parameters and buffers.

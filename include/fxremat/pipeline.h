@@ -33,6 +33,7 @@
 #include "fxremat/ir.h"
 #include "fxremat/partition.h"
 #include "fxremat/partition_options.h"
+#include "fxremat/peak_model.h"
 #include "fxremat/policy.h"
 #include "fxremat/status.h"
 
@@ -61,5 +62,15 @@ Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& opt
 // default partitioner, barrier without the xla target: bad input) and runs the
 // pipeline on a copy of `joint`.
 Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& request);
+
+// The graph the min cut (and the budget solver) cuts: `joint` after the
+// preparation stages of RunMinCutStages, always a copy.
+Expected<std::unique_ptr<Graph>> PrepareMinCutGraph(const Graph& joint, const MinCutOptions& options);
+
+// The peak / recompute-cost front (Note [Peak budget] in
+// passes/budget_partition.h): the candidates the budget solver weighs, then
+// `points` budgets evenly spaced from the smallest peak to the min cut's, each
+// solved. Mincut only.
+Expected<std::vector<FrontPoint>> RunPeakFront(const Graph& joint, const PartitionRequest& request, int points);
 
 }  // namespace fxremat

@@ -43,6 +43,7 @@ _LAZY = {
     "partition": "._partition",
     "Partition": "._partition",
     "to_text": "._partition",
+    "pareto": "._partition",
     # drop-in AOTAutograd partition_fn, its records, and fw/bw extraction
     "partition_fn": "._partition_fn",
     "PartitionRecord": "._partition_fn",

@@ -210,6 +210,59 @@ def partition(
                      signature=signature)
 
 
+def pareto(joint: Any, points: int = 20, options: dict | None = None, *, policy: Any = None,
+           plot: Any = None) -> list[dict]:
+    """The step-peak / recompute-cost front of a joint graph (Note [Peak budget],
+    ``docs/budget.md``): the candidates the budget solver weighs (the min cut, "inputs
+    only", segmentations), then ``points`` budgets evenly spaced from the smallest peak
+    to the min cut's, each solved. Returns one dict per point: ``label``,
+    ``peak_bytes`` (simulated, above the inputs), ``recompute_cost``
+    (flops-equivalent), ``saved_bytes``. ``plot``: a path; the front is drawn there
+    with matplotlib (any format it writes, e.g. ``front.svg``). Same as
+    ``fxremat pareto``."""
+    from ._partition_fn import check_partitioner
+
+    request = PipelineRequest.make(policy)
+    opts = check_partitioner("mincut", options)
+    front = list(_extension().peak_front(_document(joint), opts, policy=request.policy, points=int(points)))
+    if plot is not None:
+        plot_front(front, plot, title=getattr(joint, "name", None) or "joint graph")
+    return front
+
+
+def plot_front(front: Sequence[dict], path: Any, title: str = "", extra: Sequence[dict] = ()) -> None:
+    """Draws a front (``pareto``'s points, plus ``extra`` points such as PyTorch's
+    budgets, each a dict with ``label``, ``peak_bytes``, ``recompute_cost`` and an
+    optional ``color``) into ``path`` with matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    mib = 1024 * 1024
+    cands = [p for p in front if not p["label"].startswith("budget")]
+    budgets = [p for p in front if p["label"].startswith("budget")]
+    ax.scatter([p["recompute_cost"] for p in cands], [p["peak_bytes"] / mib for p in cands], s=12, c="grey",
+               label="solver candidates")
+    ax.plot([p["recompute_cost"] for p in budgets], [p["peak_bytes"] / mib for p in budgets], "o-", c="steelblue",
+            label="fxremat budgets")
+    for p in front:
+        if p["label"] in ("min cut", "inputs only"):
+            ax.scatter([p["recompute_cost"]], [p["peak_bytes"] / mib], s=40, c="red" if p["label"] == "min cut" else "orange",
+                       label=p["label"])
+    for p in extra:
+        ax.scatter([p["recompute_cost"]], [p["peak_bytes"] / mib], s=40, marker="x", c=p.get("color", "black"),
+                   label=p["label"])
+    ax.set_xlabel("recompute cost (flops-equivalent)")
+    ax.set_ylabel("step peak above the inputs (MiB)")
+    ax.set_title(f"{title}: peak vs recompute cost")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(str(path))
+    plt.close(fig)
+
+
 def to_text(graph: Any) -> str:
     """The IR text form (FX ``graph.code`` style, with fxremat's facts) of a graph."""
     return _extension().to_text(_document_text(graph))

@@ -57,7 +57,9 @@ from ._errors import UnsupportedGraphError
 PARTITIONERS = ("mincut", "default")
 
 # The min-cut knobs the C++ library takes, by their torch._functorch.config names
-# (passes/min_cut_partition.h, SetMinCutOption), plus fxremat's own max_flow.
+# (passes/min_cut_partition.h, SetMinCutOption), plus fxremat's own max_flow and the
+# peak budget's memory_budget_bytes, budget_objective, recompute_flops_per_byte
+# (Note [Peak budget], docs/budget.md).
 MINCUT_OPTIONS = (
     "activation_memory_budget",
     "aggressive_recomputation",
@@ -71,6 +73,9 @@ MINCUT_OPTIONS = (
     "max_flow",
     "recompute_views",
     "treat_parameters_as_free_to_save",
+    "memory_budget_bytes",
+    "budget_objective",
+    "recompute_flops_per_byte",
 )
 
 def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
@@ -108,7 +113,9 @@ def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
 #   MinCutOptions, the same defaults as functorch's) goes to the C++ min cut; an
 #   explicit option of the same name overrides it. default_partition reads none of
 #   them, so for partitioner="default" they are not read at all.
-#   activation_memory_budget other than 1.0 / 0.0 is an error naming the knob.
+#   activation_memory_budget is any fraction in [0, 1]: with fxremat it bounds the
+#   step's peak (Note [Peak budget], docs/budget.md), the objective PyTorch's knob
+#   stands for; options={"budget_objective": "saved"} asks for PyTorch's meaning.
 # - not honourable: _UNHONOURED_CONFIG below; with a partitioner that reads the knob,
 #   any other value than the one listed (its default) is an error naming the knob and
 #   the value. (Per-region budgets -- node.meta["memory_budget"],
@@ -117,9 +124,9 @@ def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
 # - irrelevant to the partition (ignored):
 #   activation_memory_budget_solver, activation_memory_budget_runtime_estimator,
 #     is_non_builtin_to_include, visualize_memory_budget_pareto, memory_budget_pareto_dir
-#     (PyTorch reads them only for 0 < activation_memory_budget < 1, itself an error
-#     here: a training script that sets them globally at budget 1.0 partitions as it
-#     does with PyTorch);
+#     (the knobs of PyTorch's knapsack over saved bytes; fxremat's peak solver replaces
+#     it, and its front comes from `fxremat pareto` / fxremat.pareto / the backend's
+#     pareto_dir);
 #   debug_partitioner (logging only, read when partitioners.py is imported);
 #   torch_compile_graph_format (file format of draw_graph's debug drawings);
 #   unsafe_treat_script_objects_as_zero_size (_size_of of script objects: the format
@@ -205,12 +212,6 @@ def ambient_options(partitioner: str, explicit: dict | None = None) -> dict[str,
         value = getattr(cfg, name, default)
         if value == default:
             continue
-        if name == "activation_memory_budget" and value not in (0.0, 1.0):
-            raise ValueError(
-                f"fxremat: {_knob(name)}={value!r} is not supported: only 1.0 (the minimum cut) and 0.0 (save only "
-                "the inputs); the budgets between them need PyTorch's knapsack solver, which fxremat does not have. "
-                "An explicit option (options={'activation_memory_budget': 1.0}) overrides the config"
-            )
         opts[name] = _option_text(value)
     return opts
 
@@ -1035,8 +1036,7 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     when the callable is called (so ``torch._functorch.config.patch(...)`` around a
     compile applies): with ``"mincut"``, the ambient values of the min-cut knobs
     (:data:`MINCUT_OPTIONS`) are the defaults that ``options`` override. A knob fxremat
-    cannot honour (``activation_memory_budget`` other than 1.0 or 0.0, the memory-budget
-    solver's knobs, ``enable_activation_offloading``,
+    cannot honour (``enable_activation_offloading``,
     ``unsafe_allow_optimization_of_collectives``, ...) is a ``ValueError`` naming it
     when set to another value than its default (Note [Ambient functorch config]).
 

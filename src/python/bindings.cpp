@@ -20,6 +20,7 @@
 #include "fxremat/residuals.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
+#include "passes/budget_partition.h"
 #include "passes/min_cut_partition.h"
 #include "src/json_internal.h"
 
@@ -196,6 +197,42 @@ PYBIND11_MODULE(_C, m) {
       py::arg("keep_annotations") = false,
       "Partition a joint graph given as the fxremat document dict (fxremat.to_json) through the pipeline; returns "
       "(forward_doc, backward_doc, signature) as dicts.");
+  m.def(
+      "peak_front",
+      [](const py::dict& document, const std::map<std::string, std::string>& options,
+         const std::optional<std::string>& policy, int points) {
+        PartitionRequest request = MakeRequest("mincut", options, policy, "torch", false, false);
+        std::unique_ptr<Graph> graph = Unwrap(GraphFromJsonDocument(FromPython(document)));
+        Expected<std::vector<FrontPoint>> front = Status::Internal("not run");
+        {
+          py::gil_scoped_release release;
+          front = RunPeakFront(*graph, request, points);
+        }
+        py::list out;
+        for (const FrontPoint& p : Unwrap(std::move(front))) {
+          py::dict d;
+          d["label"] = p.label;
+          d["peak_bytes"] = p.peak_bytes;
+          d["recompute_cost"] = p.recompute_cost;
+          d["saved_bytes"] = p.saved_bytes;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("document"), py::arg("options") = std::map<std::string, std::string>{}, py::arg("policy") = py::none(),
+      py::arg("points") = 20,
+      "The peak / recompute-cost front of a joint graph document (Note [Peak budget]): a list of dicts with "
+      "label, peak_bytes, recompute_cost, saved_bytes.");
+  m.def(
+      "recompute_cost",
+      [](const py::dict& forward, const py::dict& backward, double flops_per_byte) {
+        std::unique_ptr<Graph> f = Unwrap(GraphFromJsonDocument(FromPython(forward)));
+        std::unique_ptr<Graph> b = Unwrap(GraphFromJsonDocument(FromPython(backward)));
+        return PartitionRecomputeCost(*f, *b, flops_per_byte);
+      },
+      py::arg("forward"), py::arg("backward"), py::arg("flops_per_byte") = 64.0,
+      "The recompute cost (Note [Peak budget]) of a partition: the ops its backward runs again (also in the "
+      "forward, by node name); lets a benchmark price any partitioner's graphs (PyTorch's too) as the solver does.");
   m.def(
       "integer_input_ranges",
       [](const py::dict& document) {

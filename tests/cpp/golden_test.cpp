@@ -12,8 +12,12 @@
 #include <map>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "filecheck.h"
 #include "fxremat/partition.h"
+#include "fxremat/peak_model.h"
+#include "passes/reorder_backward.h"
 #include "fxremat/pass.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
@@ -150,6 +154,18 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     auto words = ParseWords(run.substr(7));
     FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractForTest(*graph, words));
     return PrintPartition(p);
+  }
+  if (run.rfind("peak", 0) == 0) {
+    // "peak saved=a,b": the peak model (fxremat/peak_model.h) on the partition
+    // that saves these values, its backward in autograd-engine order.
+    auto words = ParseWords(run.substr(4));
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractForTest(*graph, words));
+    FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
+    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p));
+    return PrintGraph(*p.backward) +
+           fmt::format("// peak {} B at '{}' in the {}; forward peak {} B; live after forward {} B; backward peak {} B\n",
+                       e.peak_bytes, e.peak_node, e.peak_graph, e.forward_peak_bytes, e.live_after_forward_bytes,
+                       e.backward_peak_bytes);
   }
   if (run.rfind("emit-offload", 0) == 0) {
     // "emit-offload torch|xla saved=a,b offload=a"

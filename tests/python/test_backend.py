@@ -162,12 +162,13 @@ def test_dump_dir_writes_graphs_signature_and_residual_report(tmp_path):
     assert len(fw.graph.output_node().args[0]) == sig["forward"]["num_outputs"]
     # the one residual report (the C++ library's, as `fxremat residuals` prints it)
     lines = (d / "residuals.txt").read_text().splitlines()
-    body = lines[:-1]
+    body = lines[:-2]
     assert len(body) == len(sig["saved"])
     for ln, s in zip(body, sorted(sig["saved"], key=lambda s: s["forward_output_index"])):
         fields = ln.split()
         assert fields[-4:] == ["fw_out", str(s["forward_output_index"]), "bw_in", str(s["backward_input_index"])]
-    assert lines[-1].startswith(f"{len(sig['saved'])} residuals: {sig['saved_bytes']} B saved on device")
+    assert lines[-2].startswith(f"{len(sig['saved'])} residuals: {sig['saved_bytes']} B saved on device")
+    assert lines[-1].startswith(f"step peak (simulated): {sig['peak']['bytes']} B above the inputs")
     with gzip.open(d / "forward.json.gz", "rt") as f:
         assert json.load(f)["format"] == "fxremat.graph"
 
@@ -199,8 +200,9 @@ def test_errors_reach_the_user_through_torch_compile():
 
 
 def test_mincut_options_are_passed_through():
-    """activation_memory_budget=0 saves only the inputs: everything else is recomputed."""
-    _compare_step(_mlp(), {"compiler": "aot_eager", "activation_memory_budget": 0.0})
+    """activation_memory_budget=0 with PyTorch's objective saves only the inputs:
+    everything else is recomputed."""
+    _compare_step(_mlp(), {"compiler": "aot_eager", "activation_memory_budget": 0.0, "budget_objective": "saved"})
     (rec,) = partition_records()
     assert all(s["name"].startswith("primals_") for s in rec.signature["saved"])
 

@@ -100,8 +100,9 @@ def test_partition_under_every_policy(kind, counter_joint):
     _check(grads, counter, program)
 
 
-@pytest.mark.parametrize("partitioner, options", [("mincut", {}), ("mincut", {"activation_memory_budget": 0.0}),
-                                                  ("default", {})])
+@pytest.mark.parametrize("partitioner, options", [
+    ("mincut", {}), ("mincut", {"activation_memory_budget": 0.0}),
+    ("mincut", {"activation_memory_budget": 0.0, "budget_objective": "saved"}), ("default", {})])
 def test_partition_without_policy(partitioner, options, counter_joint):
     program = programs.build("mutated_counter")
     part = fxremat.partition(counter_joint, partitioner, options)
@@ -119,7 +120,7 @@ def test_the_check_can_fail(counter_joint):
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     program = programs.build("mutated_counter")
-    ours = fxremat.partition(counter_joint, "mincut", {"activation_memory_budget": 0.0})
+    ours = fxremat.partition(counter_joint, "mincut", {"activation_memory_budget": 0.0, "budget_objective": "saved"})
     from fxremat._format import from_json
 
     gm = from_json(counter_joint.to_json())

@@ -122,9 +122,10 @@ def test_f4_save_only_these_names():
 def test_f4_text_form_and_report():
     text = fxremat.print_saved_residuals(f4, *_fg_args(), policy="save_only_these_names:a", file=None)
     lines = text.splitlines()
-    assert len(lines) == 6, text
+    assert len(lines) == 7, text
     assert "named 'a'" in text and "test_seed003.py" in text
-    assert lines[-1].startswith("5 residuals: ") and "0 B offloaded" in lines[-1]
+    assert lines[-2].startswith("5 residuals: ") and "0 B offloaded" in lines[-2]
+    assert lines[-1].startswith("step peak (simulated): ")
 
 
 def test_loss_save_any_names_but_these():

@@ -1,0 +1,594 @@
+// The peak-budget solver (Note [Peak budget] in passes/budget_partition.h).
+#include "passes/budget_partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "fxremat/peak_model.h"
+#include "passes/min_cut_partition.h"
+#include "passes/raise_getitems.h"
+#include "passes/reorder_backward.h"
+#include "src/partition_internal.h"
+
+namespace fxremat {
+
+bool WantsPeakBudget(const MinCutOptions& options) {
+  return options.budget_objective == "peak" &&
+         (options.memory_budget_bytes.has_value() || options.activation_memory_budget < 1.0);
+}
+
+namespace {
+
+int64_t ProductOf(const TensorFacts& t, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < to && i < t.shape.size(); ++i) n *= std::max<int64_t>(t.shape[i].hint, 0);
+  return n;
+}
+
+const TensorFacts* TensorArg(const Node& n, size_t i) {
+  if (i >= n.args().size() || !n.args()[i].is_node()) return nullptr;
+  const ValueFacts& v = n.args()[i].node->val();
+  return v.is_tensor() ? &v.tensor : nullptr;
+}
+
+// Multiply-adds * 2 of the compute-bound ops, from shapes; 0 for the others.
+double Flops(const Node& n) {
+  const std::string& t = n.target();
+  const ValueFacts& out = n.val();
+  auto out_numel = [&]() -> double {
+    if (out.is_tensor()) return static_cast<double>(out.tensor.numel());
+    if (out.kind == ValueFacts::Kind::kTuple && !out.items.empty() && out.items[0].is_tensor())
+      return static_cast<double>(out.items[0].tensor.numel());
+    return 0;
+  };
+  auto inner = [&](size_t arg) -> double {  // the contracted dimension: the last of the left operand
+    const TensorFacts* a = TensorArg(n, arg);
+    return a && !a->shape.empty() ? static_cast<double>(a->shape.back().hint) : 0;
+  };
+  if (t == "aten.mm.default" || t == "aten.bmm.default") return 2 * out_numel() * inner(0);
+  if (t == "aten.addmm.default" || t == "aten.baddbmm.default") return 2 * out_numel() * inner(1);
+  if (t.rfind("aten.convolution", 0) == 0 || t.rfind("aten.cudnn_convolution", 0) == 0) {
+    const TensorFacts* w = TensorArg(n, 1);
+    if (!w || w->shape.empty() || w->shape[0].hint <= 0) return 0;
+    return 2 * out_numel() * static_cast<double>(w->numel() / w->shape[0].hint);
+  }
+  if (t.find("scaled_dot_product") != std::string::npos || t.find("flash_attention") != std::string::npos ||
+      t.find("efficient_attention") != std::string::npos) {
+    const TensorFacts* q = TensorArg(n, 0);
+    const TensorFacts* k = TensorArg(n, 1);
+    if (!q || !k || q->shape.size() < 2 || k->shape.size() < 2) return 0;
+    double lq = static_cast<double>(ProductOf(*q, 0, q->shape.size()));  // B*H*L*D
+    double s = static_cast<double>(k->shape[k->shape.size() - 2].hint);
+    return 4 * lq * s;
+  }
+  return 0;
+}
+
+// A result that shares an input's storage: no compute, no bytes of its own.
+bool IsAlias(const Node& n) {
+  if (n.isGetItem()) return false;  // priced as its item (below)
+  if (n.target() == "aten._unsafe_view.default") return true;
+  const OpInfo* info = n.opInfo();
+  return info && info->hasSchema() && info->schema.returnsAlias() && n.val().kind != ValueFacts::Kind::kTuple;
+}
+
+}  // namespace
+
+double RecomputeCost(const Node& n, double flops_per_byte) {
+  if (!n.isCallFunction() || n.isGetItem() || IsAlias(n)) return 0;
+  double bytes = static_cast<double>(n.val().nbytes());
+  for (const Node* in : n.inputs())
+    if (in->val().is_tensor()) bytes += static_cast<double>(in->val().tensor.nbytes());
+  return Flops(n) + flops_per_byte * bytes;
+}
+
+double PartitionRecomputeCost(const Graph& forward, const Graph& backward, double flops_per_byte) {
+  double cost = 0;
+  for (const auto& up : backward.nodes()) {
+    if (!up->isCallFunction()) continue;
+    const Node* f = forward.findNode(up->name());
+    if (f && f->isCallFunction() && f->target() == up->target()) cost += RecomputeCost(*up, flops_per_byte);
+  }
+  return cost;
+}
+
+namespace {
+
+struct Evaluation {
+  int64_t peak = 0;
+  double cost = 0;
+  int64_t saved_bytes = 0;
+};
+
+class BudgetSolver {
+ public:
+  BudgetSolver(const Graph& g, const MinCutOptions& options) : g_(g), options_(options) {}
+
+  Status Prepare() {
+    FXREMAT_ASSIGN_OR_RETURN(c_, ClassifyJoint(g_));
+    const size_t n = g_.size();
+    pos_.assign(n, -1);
+    is_forward_.assign(n, false);
+    for (const auto& up : g_.nodes()) {
+      const Node* node = up.get();
+      if (node->isCallFunction() && !c_.in_tangents_closure[node->index()] && c_.required_by_forward[node->index()]) {
+        is_forward_[node->index()] = true;
+        pos_[node->index()] = static_cast<int64_t>(forward_.size());
+        forward_.push_back(node);
+      }
+    }
+    // The allocating root of each value (views and aliases share it; inputs and
+    // constants have none: they are the baseline).
+    root_.assign(n, nullptr);
+    for (const auto& up : g_.nodes()) {
+      const Node* node = up.get();
+      if (!node->isCallFunction()) continue;
+      if (IsAlias(*node)) {
+        const Node* base = node->args().empty() || !node->args()[0].is_node() ? nullptr : node->args()[0].node;
+        root_[node->index()] = base ? root_[base->index()] : nullptr;
+      } else if (node->isGetItem()) {
+        const Node* tuple = node->args().empty() || !node->args()[0].is_node() ? nullptr : node->args()[0].node;
+        const OpInfo* info = tuple ? tuple->opInfo() : nullptr;
+        const bool aliases = info && info->hasSchema() && info->schema.returnsAlias();
+        root_[node->index()] = aliases ? (tuple->inputs().empty() ? nullptr : root_[tuple->inputs()[0]->index()]) : node;
+      } else if (node->val().kind != ValueFacts::Kind::kTuple) {
+        root_[node->index()] = node;
+      }
+    }
+    // Where each value is last read by the forward (its own position if never).
+    last_fwd_.assign(n, -1);
+    for (const Node* node : forward_) {
+      int64_t last = pos_[node->index()];
+      for (const Node* u : node->users())
+        if (is_forward_[u->index()]) last = std::max(last, pos_[u->index()]);
+      last_fwd_[node->index()] = last;
+    }
+    // Frontier bytes at each position: distinct roots alive across it.
+    const size_t k = forward_.size();
+    std::vector<int64_t> root_end(n, -1);
+    for (const Node* node : forward_)
+      if (const Node* r = root_[node->index()]; r && is_forward_[r->index()])
+        root_end[r->index()] = std::max(root_end[r->index()], last_fwd_[node->index()]);
+    std::vector<int64_t> delta(k + 1, 0);
+    prefix_.assign(k + 1, 0);
+    for (const Node* node : forward_) {
+      const int64_t p = pos_[node->index()];
+      const int64_t bytes = root_[node->index()] == node ? StorageBytesOf(*node) : 0;
+      prefix_[static_cast<size_t>(p) + 1] = prefix_[static_cast<size_t>(p)] + bytes;
+      if (root_[node->index()] == node && root_end[node->index()] > p) {
+        delta[static_cast<size_t>(p)] += bytes;
+        delta[static_cast<size_t>(root_end[node->index()])] -= bytes;
+      }
+    }
+    frontier_.assign(k, 0);
+    int64_t running = 0;
+    for (size_t i = 0; i < k; ++i) frontier_[i] = running += delta[i];
+    // Values that may never be recomputed in the backward, and never saved.
+    for (const auto& up : g_.nodes()) {
+      const Node* node = up.get();
+      if (!node->isCallFunction() || c_.in_tangents_closure[node->index()]) continue;
+      if (!node->val().is_tensor() && !node->val().is_sym()) continue;
+      const Node* tuple = node->isGetItem() && node->args()[0].is_node() ? node->args()[0].node : nullptr;
+      const bool forced = IsRandomOp(*node) || (tuple && IsRandomOp(*tuple)) || !node->meta().reads_mutated.empty() ||
+                          (tuple && !tuple->meta().reads_mutated.empty()) || MustBeInForward(*node) ||
+                          (tuple && MustBeInForward(*tuple)) || node->meta().recompute == "MUST_SAVE";
+      if (forced) forced_.push_back(node);
+    }
+    return Status::Ok();
+  }
+
+  int64_t StorageBytesOf(const Node& n) const {
+    return n.val().is_tensor() ? StorageBytes(n.val().tensor) : 0;
+  }
+
+  // The saved set for checkpoints at `positions`: the values crossing each,
+  // with MUST_RECOMPUTE values replaced by their inputs, plus the forced saves.
+  std::vector<Node*> SavedForCheckpoints(const std::vector<int64_t>& positions) const {
+    std::vector<bool> in(g_.size(), false);
+    std::vector<const Node*> stack;
+    for (int64_t t : positions)
+      for (const Node* node : forward_) {
+        const int64_t p = pos_[node->index()];
+        if (p <= t && last_fwd_[node->index()] > t) stack.push_back(node);
+      }
+    std::vector<bool> seen(g_.size(), false);
+    while (!stack.empty()) {
+      const Node* node = stack.back();
+      stack.pop_back();
+      if (seen[node->index()]) continue;
+      seen[node->index()] = true;
+      if (!node->isCallFunction() || !root_[node->index()] || root_[node->index()]->isPlaceholder()) continue;
+      if (node->val().kind == ValueFacts::Kind::kTuple) {
+        for (const Node* u : node->users()) stack.push_back(u);
+        continue;
+      }
+      if (!node->val().is_tensor()) continue;  // symints are recomputed from what is saved
+      if (MustRecompute(*node)) {
+        for (const Node* i : node->inputs()) stack.push_back(i);
+        continue;
+      }
+      in[node->index()] = true;
+    }
+    for (const Node* f : forced_) in[f->index()] = true;
+    // The inputs are always available to the backward (unused ones are dropped).
+    for (const Node* p : c_.primals) in[p->index()] = true;
+    for (const Node* p : c_.fwd_rng) in[p->index()] = true;
+    return Collect(in);
+  }
+
+  // What every candidate saves: the inputs (dropped where unused) and the
+  // values that may never be recomputed.
+  std::vector<bool> BaseSet() const {
+    std::vector<bool> in(g_.size(), false);
+    for (const Node* f : forced_) in[f->index()] = true;
+    for (const Node* p : c_.primals) in[p->index()] = true;
+    for (const Node* p : c_.fwd_rng) in[p->index()] = true;
+    return in;
+  }
+
+  std::vector<Node*> Collect(const std::vector<bool>& in) const {
+    std::vector<Node*> out;
+    for (const auto& up : g_.nodes())
+      if (in[up->index()] && !IsAssertOnlySymBool(*up)) out.push_back(up.get());
+    return out;
+  }
+
+  // Extraction in the pipeline's form, then the peak model and the cost.
+  Expected<Evaluation> Evaluate(const std::vector<Node*>& saved) {
+    ++evaluations_;
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, Emit(saved));
+    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p));
+    Evaluation ev;
+    ev.peak = e.peak_bytes;
+    ev.saved_bytes = p.signature.savedBytes();
+    ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte);
+    return ev;
+  }
+
+  Expected<Partition> Emit(const std::vector<Node*>& saved) const {
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g_, saved, "mincut"));
+    FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
+    FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.forward).status());
+    FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.backward).status());
+    return p;
+  }
+
+  // Checkpoint positions for segments of at most `limit` bytes (Note [Peak
+  // budget], step 2): the fewest frontier bytes, by dynamic programming over
+  // the candidate positions with a sliding-window minimum.
+  std::vector<int64_t> Checkpoints(int64_t limit) const {
+    const int64_t k = static_cast<int64_t>(forward_.size());
+    std::vector<int64_t> points = {-1};
+    for (int64_t t = 0; t + 1 < k; ++t) {
+      const int64_t f = frontier_[static_cast<size_t>(t)];
+      const bool left = t == 0 || f <= frontier_[static_cast<size_t>(t - 1)];
+      const bool right = f <= frontier_[static_cast<size_t>(t + 1)];
+      if (left && right) points.push_back(t);
+    }
+    points.push_back(k - 1);
+    auto at = [&](int64_t t) { return prefix_[static_cast<size_t>(t + 1)]; };
+    auto cost = [&](int64_t t) { return t < 0 || t == k - 1 ? 0 : frontier_[static_cast<size_t>(t)]; };
+    const size_t m = points.size();
+    std::vector<int64_t> best(m, 0), parent(m, -1);
+    std::deque<size_t> window;  // indices i < j with increasing best
+    size_t lo = 0;
+    window.push_back(0);
+    for (size_t j = 1; j < m; ++j) {
+      while (lo < j - 1 && at(points[j]) - at(points[lo]) > limit) ++lo;
+      while (!window.empty() && window.front() < lo) window.pop_front();
+      size_t from = window.empty() ? j - 1 : window.front();
+      best[j] = best[from] + cost(points[j]);
+      parent[j] = static_cast<int64_t>(from);
+      while (!window.empty() && best[window.back()] >= best[j]) window.pop_back();
+      window.push_back(j);
+    }
+    std::vector<int64_t> chosen;
+    for (int64_t j = parent[m - 1]; j > 0; j = parent[static_cast<size_t>(j)]) chosen.push_back(points[static_cast<size_t>(j)]);
+    std::reverse(chosen.begin(), chosen.end());
+    return chosen;
+  }
+
+  struct Candidate {
+    std::vector<Node*> saved;
+    Evaluation ev;
+    std::string label;
+  };
+
+  // Step 3: the min cut, "only the inputs" and the segmentations.
+  Status BuildCandidates() {
+    MinCutOptions cut = options_;
+    cut.activation_memory_budget = 1.0;
+    cut.memory_budget_bytes.reset();
+    FXREMAT_ASSIGN_OR_RETURN(MinCutSolution mc, SolveMinCut(g_, cut));
+    std::vector<Node*> mc_saved;
+    for (Node* n : mc.saved_values)
+      if (!IsAssertOnlySymBool(*n)) mc_saved.push_back(n);  // as CutPreparedGraph: the min cut unchanged
+    FXREMAT_RETURN_IF_ERROR(Add(mc_saved, "min cut"));
+    min_cut_ = candidates_.back();
+    // The pool for step 4: what the min cut saves and what the backward reads.
+    std::vector<bool> in(g_.size(), false);
+    for (Node* n : mc_saved) in[n->index()] = true;
+    for (const auto& up : g_.nodes())
+      if (c_.in_tangents_closure[up->index()])
+        for (Node* i : up->inputs())
+          if (i->isCallFunction() && !c_.in_tangents_closure[i->index()]) in[i->index()] = true;
+    for (const auto& up : g_.nodes()) {
+      const Node* n = up.get();
+      if (!in[n->index()] || !n->val().is_tensor() || MustRecompute(*n)) continue;
+      if (!root_[n->index()] || root_[n->index()]->isPlaceholder()) continue;
+      pool_.push_back(up.get());
+    }
+    auto by_density = [&](const Node* a, const Node* b) {
+      auto density = [&](const Node* n) {
+        return RecomputeCost(*n, options_.recompute_flops_per_byte) / static_cast<double>(std::max<int64_t>(1, StorageBytesOf(*n)));
+      };
+      return density(a) > density(b);
+    };
+    std::stable_sort(pool_.begin(), pool_.end(), by_density);
+    // Step 5's moves: every value that may be saved (views of the inputs are free).
+    for (const auto& up : g_.nodes()) {
+      const Node* n = up.get();
+      if (!n->isCallFunction() || c_.in_tangents_closure[n->index()] || !n->val().is_tensor() || MustRecompute(*n)) continue;
+      if (!root_[n->index()] || root_[n->index()]->isPlaceholder()) continue;
+      movable_.push_back(up.get());
+    }
+    std::stable_sort(movable_.begin(), movable_.end(), by_density);
+    // Nothing recomputed: what the backward reads, saved (the default partition's choice).
+    {
+      std::vector<bool> all(g_.size(), false);
+      for (const auto& up : g_.nodes())
+        if (c_.in_tangents_closure[up->index()] && !up->isOutput())
+          for (Node* i : up->inputs())
+            if (!c_.in_tangents_closure[i->index()]) all[i->index()] = true;
+      for (const Node* f : forced_) all[f->index()] = true;
+      for (const Node* p : c_.primals) all[p->index()] = true;
+      for (const Node* p : c_.fwd_rng) all[p->index()] = true;
+      std::vector<Node*> saved;
+      for (Node* n : Collect(all))
+        if (!MustRecompute(*n) && n->val().kind != ValueFacts::Kind::kTuple) saved.push_back(n);
+      FXREMAT_RETURN_IF_ERROR(Add(saved, "nothing recomputed"));
+    }
+    FXREMAT_RETURN_IF_ERROR(Add(SavedForCheckpoints({}), "inputs only"));
+    const int64_t total = prefix_.back();
+    int64_t largest = 1;
+    for (size_t i = 0; i + 1 < prefix_.size(); ++i) largest = std::max(largest, prefix_[i + 1] - prefix_[i]);
+    std::set<std::vector<int64_t>> tried;
+    constexpr int kGrid = 24;
+    for (int i = 0; i < kGrid && total > 0; ++i) {
+      const double ratio = static_cast<double>(std::max(total, largest)) / static_cast<double>(largest);
+      const auto limit = static_cast<int64_t>(static_cast<double>(largest) * std::pow(ratio, i / double(kGrid - 1)));
+      std::vector<int64_t> chosen = Checkpoints(limit);
+      if (chosen.empty() || !tried.insert(chosen).second) continue;
+      FXREMAT_RETURN_IF_ERROR(Add(SavedForCheckpoints(chosen), fmt::format("segments of <= {} B", limit)));
+    }
+    return Status::Ok();
+  }
+
+  Status Add(std::vector<Node*> saved, std::string label) {
+    FXREMAT_ASSIGN_OR_RETURN(Evaluation ev, Evaluate(saved));
+    candidates_.push_back({std::move(saved), ev, std::move(label)});
+    return Status::Ok();
+  }
+
+  int64_t SmallestPeak() const {
+    int64_t best = candidates_.front().ev.peak;
+    for (const Candidate& c : candidates_) best = std::min(best, c.ev.peak);
+    return best;
+  }
+
+  int64_t Target() const {
+    if (options_.memory_budget_bytes) return *options_.memory_budget_bytes;
+    const int64_t lo = SmallestPeak(), hi = std::max(lo, min_cut_.ev.peak);
+    return lo + static_cast<int64_t>(std::floor(options_.activation_memory_budget * static_cast<double>(hi - lo)));
+  }
+
+  // Step 4 for one target.
+  Expected<Candidate> Choose(int64_t target) {
+    std::vector<const Candidate*> feasible;
+    for (const Candidate& c : candidates_)
+      if (c.ev.peak <= target) feasible.push_back(&c);
+    if (feasible.empty())
+      return Status::BadInput(fmt::format("memory budget {} B is below the smallest peak fxremat reaches on this graph, "
+                                          "{} B above the inputs (the min cut's: {} B)",
+                                          target, SmallestPeak(), min_cut_.ev.peak));
+    std::stable_sort(feasible.begin(), feasible.end(),
+                     [](const Candidate* a, const Candidate* b) { return a->ev.cost < b->ev.cost; });
+    Candidate best = *feasible.front();
+    constexpr size_t kRefined = 3;
+    for (size_t f = 0; f < feasible.size() && f < kRefined; ++f) {
+      const Candidate& base = *feasible[f];
+      std::vector<bool> in = BaseSet();
+      for (Node* n : base.saved) in[n->index()] = true;
+      std::vector<Node*> extra;
+      for (Node* n : pool_)
+        if (!in[n->index()]) extra.push_back(n);
+      // The longest prefix of `extra` that keeps the peak within the target.
+      size_t lo = 0, hi = extra.size();
+      Candidate found = base;
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo + 1) / 2;
+        std::vector<bool> with = in;
+        for (size_t i = 0; i < mid; ++i) with[extra[i]->index()] = true;
+        std::vector<Node*> saved = Collect(with);
+        FXREMAT_ASSIGN_OR_RETURN(Evaluation ev, Evaluate(saved));
+        if (ev.peak <= target) {  // the saved set is a superset of the base's: always extractable
+          lo = mid;
+          if (ev.cost <= found.ev.cost) found = {std::move(saved), ev, base.label + " + saves"};
+        } else {
+          hi = mid - 1;
+        }
+      }
+      if (found.ev.cost < best.ev.cost) best = std::move(found);
+    }
+    return Improve(std::move(best), target);
+  }
+
+  // Step 5: local search from the chosen partition: save one more value, or
+  // stop saving one, whenever that lowers the recompute cost within the
+  // budget; first improvement, until none is left or the evaluation allowance
+  // (inversely proportional to the graph's size) is spent.
+  Expected<Candidate> Improve(Candidate best, int64_t target) {
+    return LocalSearch(std::move(best), [target](const Evaluation& ev, const Evaluation& current) {
+      return ev.peak <= target && ev.cost < current.cost;
+    });
+  }
+
+  // The lowest peak reachable from `start` by single moves (ties: the cheaper).
+  Expected<Candidate> DescendPeak(Candidate start) {
+    return LocalSearch(std::move(start), [](const Evaluation& ev, const Evaluation& current) {
+      return ev.peak < current.peak || (ev.peak == current.peak && ev.cost < current.cost);
+    });
+  }
+
+  template <typename Better>
+  Expected<Candidate> LocalSearch(Candidate best, Better better) {
+    const int64_t allowance = std::clamp<int64_t>(200000 / static_cast<int64_t>(std::max<size_t>(g_.size(), 1)), 16, 2000);
+    int64_t spent = 0;
+    std::vector<bool> forced(g_.size(), false);
+    for (const Node* f : forced_) forced[f->index()] = true;
+    // Moves toggle one value, or two when no single toggle helps and the
+    // graph is small enough for pairs (an exchange: save one, drop another).
+    const size_t n = movable_.size();
+    const bool pairs = n <= 32;
+    bool improved = true;
+    while (improved && spent < allowance) {
+      improved = false;
+      std::vector<bool> in = BaseSet();
+      for (Node* v : best.saved) in[v->index()] = true;
+      auto movable = [&](size_t i) { return !(in[movable_[i]->index()] && forced[movable_[i]->index()]); };
+      for (size_t width = 1; width <= (pairs ? 2u : 1u) && !improved; ++width)
+        for (size_t i = 0; i < n && !improved && spent < allowance; ++i) {
+          if (!movable(i)) continue;
+          for (size_t j = width == 1 ? i : i + 1; j < (width == 1 ? i + 1 : n) && !improved && spent < allowance; ++j) {
+            if (!movable(j)) continue;
+            std::vector<bool> with = in;
+            with[movable_[i]->index()] = !in[movable_[i]->index()];
+            if (j != i) with[movable_[j]->index()] = !in[movable_[j]->index()];
+            std::vector<Node*> saved = Collect(with);
+            ++spent;
+            // Dropping a value can leave the backward without a source (a value
+            // only the forward can compute): such a move is not a candidate.
+            Expected<Evaluation> tried = Evaluate(saved);
+            if (!tried.ok()) {
+              if (tried.status().code() != ErrorCode::kBadInput) return tried.status();
+              continue;
+            }
+            if (better(*tried, best.ev)) {
+              best = {std::move(saved), *tried, best.label.find(" + local search") == std::string::npos
+                                                    ? best.label + " + local search" : best.label};
+              improved = true;
+            }
+          }
+        }
+    }
+    return best;
+  }
+
+
+  // Every subset of the allocating forward values (Note [Peak budget]'s
+  // exhaustive reference), on top of the inputs and the forced saves.
+  Expected<std::vector<FrontPoint>> Exhaustive(int max_candidates) {
+    std::vector<Node*> values;
+    for (const auto& up : g_.nodes()) {
+      const Node* n = up.get();
+      if (!n->isCallFunction() || c_.in_tangents_closure[n->index()] || !n->val().is_tensor() || MustRecompute(*n)) continue;
+      if (!root_[n->index()] || root_[n->index()]->isPlaceholder()) continue;  // views of the inputs: free
+      if (std::find(forced_.begin(), forced_.end(), n) != forced_.end()) continue;
+      values.push_back(up.get());
+    }
+    if (static_cast<int>(values.size()) > max_candidates)
+      return Status::BadInput(fmt::format("{} candidate values, more than the {} an exhaustive search takes",
+                                          values.size(), max_candidates));
+    std::vector<bool> base(g_.size(), false);
+    for (const Node* f : forced_) base[f->index()] = true;
+    for (const Node* p : c_.primals) base[p->index()] = true;
+    for (const Node* p : c_.fwd_rng) base[p->index()] = true;
+    std::map<int64_t, FrontPoint> best;  // peak -> cheapest
+    for (uint64_t mask = 0; mask < (uint64_t{1} << values.size()); ++mask) {
+      std::vector<bool> in = base;
+      for (size_t i = 0; i < values.size(); ++i)
+        if (mask >> i & 1) in[values[i]->index()] = true;
+      FXREMAT_ASSIGN_OR_RETURN(Evaluation ev, Evaluate(Collect(in)));
+      auto it = best.find(ev.peak);
+      if (it == best.end() || ev.cost < it->second.recompute_cost)
+        best[ev.peak] = {ev.peak, ev.cost, ev.saved_bytes, fmt::format("subset {}", mask)};
+    }
+    std::vector<FrontPoint> front;
+    for (const auto& [peak, point] : best)
+      if (front.empty() || point.recompute_cost < front.back().recompute_cost) front.push_back(point);
+    return front;
+  }
+
+  const Candidate& minCut() const { return min_cut_; }
+  const std::vector<Candidate>& candidates() const { return candidates_; }
+  int64_t evaluations() const { return evaluations_; }
+
+ private:
+  const Graph& g_;
+  const MinCutOptions& options_;
+  JointClassification c_;
+  std::vector<int64_t> pos_, last_fwd_, frontier_, prefix_;
+  std::vector<bool> is_forward_;
+  std::vector<const Node*> root_;
+  std::vector<const Node*> forward_;
+  std::vector<const Node*> forced_;
+  std::vector<Candidate> candidates_;
+  Candidate min_cut_;
+  std::vector<Node*> pool_, movable_;
+  int64_t evaluations_ = 0;
+};
+
+}  // namespace
+
+Expected<BudgetSolution> SolvePeakBudget(const Graph& prepared, const MinCutOptions& options) {
+  BudgetSolver solver(prepared, options);
+  FXREMAT_RETURN_IF_ERROR(solver.Prepare());
+  FXREMAT_RETURN_IF_ERROR(solver.BuildCandidates());
+  const int64_t target = solver.Target();
+  FXREMAT_ASSIGN_OR_RETURN(auto chosen, solver.Choose(target));
+  BudgetSolution s;
+  s.saved_values = chosen.saved;
+  s.budget_bytes = target;
+  s.peak_bytes = chosen.ev.peak;
+  s.smallest_peak_bytes = solver.SmallestPeak();
+  s.min_cut_peak_bytes = solver.minCut().ev.peak;
+  s.recompute_cost = chosen.ev.cost;
+  s.min_cut_recompute_cost = solver.minCut().ev.cost;
+  s.candidates_evaluated = solver.evaluations();
+  return s;
+}
+
+Expected<std::vector<FrontPoint>> PeakFront(const Graph& prepared, const MinCutOptions& options, int points) {
+  BudgetSolver solver(prepared, options);
+  FXREMAT_RETURN_IF_ERROR(solver.Prepare());
+  FXREMAT_RETURN_IF_ERROR(solver.BuildCandidates());
+  std::vector<FrontPoint> front;
+  for (const auto& c : solver.candidates())
+    front.push_back({c.ev.peak, c.ev.cost, c.ev.saved_bytes, c.label});
+  const int64_t lo = solver.SmallestPeak(), hi = std::max(lo, solver.minCut().ev.peak);
+  for (int i = 0; i < points; ++i) {
+    const double f = points == 1 ? 0.0 : i / double(points - 1);
+    const int64_t target = lo + static_cast<int64_t>(std::floor(f * static_cast<double>(hi - lo)));
+    FXREMAT_ASSIGN_OR_RETURN(auto chosen, solver.Choose(target));
+    front.push_back({chosen.ev.peak, chosen.ev.cost, chosen.ev.saved_bytes, fmt::format("budget {:.2f}", f)});
+  }
+  return front;
+}
+
+}  // namespace fxremat
+
+namespace fxremat {
+
+Expected<std::vector<FrontPoint>> ExhaustiveFront(const Graph& prepared, const MinCutOptions& options,
+                                                  int max_candidates) {
+  BudgetSolver solver(prepared, options);
+  FXREMAT_RETURN_IF_ERROR(solver.Prepare());
+  return solver.Exhaustive(max_candidates);
+}
+
+}  // namespace fxremat

@@ -1,0 +1,84 @@
+// budget_partition: choose the saved values so that the step's simulated peak
+// (fxremat/peak_model.h) stays within a budget, at the least recompute cost.
+//
+// Note [Peak budget]
+// Saving fewer bytes does not lower the peak by itself: "save only the inputs"
+// makes the backward replay the whole forward before its first gradient, and
+// every activation is alive again at once. What lowers the peak is where the
+// backward recomputes: one segment of the forward at a time, each from values
+// saved at its start (per-layer checkpointing, found here without annotations).
+// The solver
+//   1. sweeps the forward in graph order and measures the frontier at each
+//      position: the bytes of the values defined up to there that later forward
+//      ops read. Positions where the frontier is locally smallest (layer
+//      boundaries, residual streams) are the candidate checkpoints;
+//   2. for a range of segment sizes T, picks by dynamic programming the
+//      checkpoints with the fewest frontier bytes such that no segment between
+//      two of them allocates more than T; the saved set is the union of their
+//      frontiers (plus what may never be recomputed: random ops, values that
+//      read mutated inputs, MUST_SAVE);
+//   3. adds the min cut's solution and "only the inputs" to the candidates,
+//      emits each (extraction and the autograd-engine order, exactly what the
+//      pipeline emits) and simulates its peak and its recompute cost (the ops
+//      that run in both graphs: flops of matmul / convolution / attention from
+//      shapes, plus recompute_flops_per_byte per byte moved);
+//   4. keeps the cheapest candidate within the budget, then adds saved values
+//      back, the most recompute cost avoided per byte first, as long as the
+//      simulated peak stays within the budget.
+// The budget is memory_budget_bytes, or smallest + activation_memory_budget *
+// (min cut - smallest), where smallest is the lowest peak among the
+// candidates. A budget below the smallest peak is a bad-input error that
+// states it. The emitted partition's peak is checked again after extraction
+// (RunPartition): the budget holds by construction, never by luck.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fxremat/ir.h"
+#include "fxremat/partition.h"
+#include "fxremat/partition_options.h"
+#include "fxremat/peak_model.h"
+#include "fxremat/status.h"
+
+namespace fxremat {
+
+struct BudgetSolution {
+  std::vector<Node*> saved_values;  // joint-graph nodes, in graph order
+  int64_t budget_bytes = 0;         // the bound applied
+  int64_t peak_bytes = 0;           // the chosen partition's simulated peak
+  int64_t smallest_peak_bytes = 0;  // the lowest peak among the candidates
+  int64_t min_cut_peak_bytes = 0;   // the min cut's
+  double recompute_cost = 0;        // flops-equivalent recomputed in the backward
+  double min_cut_recompute_cost = 0;
+  int64_t candidates_evaluated = 0;
+};
+
+// Whether the options ask for a peak budget (budget_objective "peak" and a
+// fraction below 1 or a byte budget).
+bool WantsPeakBudget(const MinCutOptions& options);
+
+// Solves the budget on a graph the min cut's preparation stages already ran on.
+Expected<BudgetSolution> SolvePeakBudget(const Graph& prepared, const MinCutOptions& options);
+
+// The front (FrontPoint, fxremat/peak_model.h): the candidate partitions the
+// solver weighs, each with its peak and recompute cost, then `points` budgets.
+Expected<std::vector<FrontPoint>> PeakFront(const Graph& prepared, const MinCutOptions& options, int points);
+
+// The reference the solver is tested against: every subset of the forward
+// values that allocate (at most `max_candidates` of them, else bad input), each
+// emitted and simulated as the solver's candidates are; returns the Pareto
+// front (for each peak, the least recompute cost), by increasing peak.
+Expected<std::vector<FrontPoint>> ExhaustiveFront(const Graph& prepared, const MinCutOptions& options,
+                                                  int max_candidates);
+
+// The recompute cost of one op (Note [Peak budget], step 3).
+double RecomputeCost(const Node& n, double flops_per_byte);
+
+// The recompute cost of a partition: the ops its backward runs again, i.e. the
+// call_function nodes of `backward` that `forward` also runs (the same name and
+// target: both graphs come from one joint graph), as the solver prices a
+// candidate. Work the backward does once (ops outside the forward) is free.
+double PartitionRecomputeCost(const Graph& forward, const Graph& backward, double flops_per_byte);
+
+}  // namespace fxremat

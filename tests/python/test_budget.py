@@ -1,0 +1,185 @@
+"""The peak budget (Note [Peak budget], docs/budget.md), measured: every budgeted
+partition's measured peak (fxremat.testing.memory) is within its budget and the
+partition reproduces the joint graph's outputs and gradients; budget 0 on a small
+Llama reaches per-layer checkpointing's peak without annotations; the budget works
+from the CLI, Python, partition_fn and the backend; the front comes out of one
+command."""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+import fxremat
+from fxremat.testing.memory import example_inputs, measure_peak
+from fxremat.testing.verify import tolerance
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LLAMA = os.path.join(REPO, "testdata", "budget", "llama_4l.json.gz")
+LLAMA_CKPT = os.path.join(REPO, "testdata", "budget", "llama_4l_ckpt.json.gz")
+FILES = sorted(glob.glob(os.path.join(REPO, "testdata", "*.json.gz"))) + sorted(
+    glob.glob(os.path.join(REPO, "testdata", "random", "*.json.gz")))[:20] + [LLAMA]
+
+
+def _clone(values):
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _check_numerics(part, joint, primals, tangents):
+    # The same random draws in both runs: random ops are never replayed, so the
+    # forward draws them in the joint graph's order.
+    with torch.no_grad():
+        torch.manual_seed(1234)
+        want = list(joint(*_clone(primals), *tangents))
+        torch.manual_seed(1234)
+        outs, grads = part.run(_clone(primals), tangents)
+    got = list(outs) + list(grads)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        if isinstance(b, torch.Tensor):
+            rtol, atol = tolerance(b.dtype)
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            assert (a is None) == (b is None)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: os.path.basename(p).removesuffix(".json.gz"))
+def test_never_over_budget_measured(path):
+    joint = fxremat.load(path)
+    primals, tangents = example_inputs(joint)
+    plain = fxremat.partition(joint).signature["peak"]["bytes"]
+    for fraction in (0.0, 0.4, 0.8):
+        part = fxremat.partition(joint, options={"activation_memory_budget": fraction})
+        peak = part.signature["peak"]
+        measured = measure_peak(part, primals, tangents).peak_bytes
+        assert measured == peak["bytes"] <= peak["budget_bytes"] <= plain, (fraction, peak, measured)
+        _check_numerics(part, joint, primals, tangents)
+
+
+def test_budget_zero_matches_per_layer_checkpointing_without_annotations():
+    """The model's own per-layer checkpointing (PyTorch's min cut of the checkpointed
+    graph, what torch.compile runs for it) against fxremat at budget 0 on the plain
+    graph: no higher measured peak; and both below PyTorch's own budget 0."""
+    from torch._functorch import config as fconfig
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    joint = fxremat.load(LLAMA)
+    primals, tangents = example_inputs(joint)
+    ours = fxremat.partition(joint, options={"activation_memory_budget": 0.0})
+    ours_peak = measure_peak(ours, primals, tangents).peak_bytes
+
+    def pytorch(gm, fraction):
+        nfo = gm.meta["fxremat"]["num_fwd_outputs"]
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        # The checkpointed graph makes PyTorch functionalize the RNG of recomputed
+        # random ops, which needs the fake mode torch.compile would have active.
+        with fconfig.patch(activation_memory_budget=fraction), tracing(TracingContext(FakeTensorMode())):
+            fw, bw = min_cut_rematerialization_partition(copy.deepcopy(gm), None, num_fwd_outputs=nfo)
+        saved = fw.graph.output_node().args[0][nfo:]
+        tensors = [n for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
+        syms = [n for n in saved if n not in tensors]
+        bw_order = syms + tensors
+        ntan = len(gm.meta["fxremat"]["tangent_outputs"])
+        sig = {"num_fwd_outputs": nfo, "forward": {"num_outputs": nfo + len(saved)},
+               "backward": {"num_inputs": len(saved) + ntan}, "primals": [],
+               "saved": [{"forward_output_index": nfo + i, "backward_input_index": bw_order.index(n)}
+                         for i, n in enumerate(saved)],
+               "tangents": [{"backward_input_index": len(saved) + i} for i in range(ntan)]}
+        return fxremat.Partition(fw, bw, sig)
+
+    ckpt = fxremat.load(LLAMA_CKPT)
+    cp, ct = example_inputs(ckpt)
+    ckpt_peak = measure_peak(pytorch(ckpt, 1.0), cp, ct).peak_bytes
+    theirs_zero = measure_peak(pytorch(joint, 0.0), primals, tangents).peak_bytes
+    mincut = measure_peak(fxremat.partition(joint), primals, tangents).peak_bytes
+    assert ours_peak <= ckpt_peak < mincut, (ours_peak, ckpt_peak, mincut)
+    assert ours_peak < theirs_zero, (ours_peak, theirs_zero)
+
+
+def test_byte_budget_and_its_errors():
+    joint = fxremat.load(LLAMA)
+    smallest = fxremat.partition(joint, options={"activation_memory_budget": 0.0}).signature["peak"]["bytes"]
+    part = fxremat.partition(joint, options={"memory_budget_bytes": smallest})
+    assert part.signature["peak"]["bytes"] <= smallest == part.signature["peak"]["budget_bytes"]
+    with pytest.raises(ValueError, match=rf"memory budget {smallest - 1} B is below the smallest peak fxremat "
+                                         rf"reaches on this graph, {smallest} B above the inputs"):
+        fxremat.partition(joint, options={"memory_budget_bytes": smallest - 1})
+    with pytest.raises(ValueError, match=r"activation_memory_budget=1.5 is outside \[0, 1\]"):
+        fxremat.partition(joint, options={"activation_memory_budget": 1.5})
+    with pytest.raises(ValueError, match="budget_objective=saved .* supports activation_memory_budget 1.0 and 0.0 only"):
+        fxremat.partition(joint, options={"activation_memory_budget": 0.5, "budget_objective": "saved"})
+
+
+def test_cli_budget_pareto_and_verify(tmp_path):
+    cli = os.path.join(REPO, "build", "fxremat")
+    out = subprocess.run([cli, "partition", LLAMA, "--memory-budget", "4.5MiB", "-o", str(tmp_path / "p")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    sig = json.loads((tmp_path / "p" / "signature.json").read_text())
+    assert sig["peak"]["budget_bytes"] == int(4.5 * 2**20) >= sig["peak"]["bytes"]
+    assert "step peak (simulated)" in out.stdout
+    ver = subprocess.run([cli, "verify", LLAMA, str(tmp_path / "p")], capture_output=True, text=True)
+    assert ver.returncode == 0 and "PASSED" in ver.stdout, ver.stdout + ver.stderr
+    bad = subprocess.run([cli, "partition", LLAMA, "--memory-budget", "1MiB", "-o", str(tmp_path / "q")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "below the smallest peak" in bad.stderr and not (tmp_path / "q").exists()
+    bad_unit = subprocess.run([cli, "partition", LLAMA, "--memory-budget", "12 parsecs"], capture_output=True, text=True)
+    assert bad_unit.returncode == 2 and "--memory-budget takes a byte size" in bad_unit.stderr
+    front = subprocess.run([cli, "pareto", LLAMA, "--points", "5", "-o", str(tmp_path / "front.json"),
+                            "--plot", str(tmp_path / "front.svg")], capture_output=True, text=True)
+    assert front.returncode == 0, front.stderr
+    points = json.loads((tmp_path / "front.json").read_text())["points"]
+    budgets = [p for p in points if p["label"].startswith("budget")]
+    assert len(budgets) == 5
+    # the budget points go from the smallest peak to the min cut's, cost falling
+    assert budgets[0]["peak_bytes"] == min(p["peak_bytes"] for p in points)
+    assert budgets[-1]["peak_bytes"] == next(p for p in points if p["label"] == "min cut")["peak_bytes"]
+    assert all(a["peak_bytes"] <= b["peak_bytes"] for a, b in zip(budgets, budgets[1:]))
+    assert (tmp_path / "front.svg").read_text().startswith("<svg")
+
+
+def test_python_pareto_matches_cli_and_plots(tmp_path):
+    joint = fxremat.load(LLAMA)
+    front = fxremat.pareto(joint, points=3, plot=tmp_path / "front.png")
+    assert (tmp_path / "front.png").stat().st_size > 0
+    cli = subprocess.run([os.path.join(REPO, "build", "fxremat"), "pareto", LLAMA, "--points", "3", "-o",
+                          str(tmp_path / "f.json")], capture_output=True, text=True)
+    assert cli.returncode == 0
+    assert [(p["label"], p["peak_bytes"]) for p in front] == \
+        [(p["label"], p["peak_bytes"]) for p in json.loads((tmp_path / "f.json").read_text())["points"]]
+
+
+def test_gpt2_trains_under_inductor_at_budget_0_3():
+    """A 2-layer GPT-2 trains 3 steps under torch.compile(backend="fxremat") at
+    activation_memory_budget=0.3 with Inductor, equal to eager."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=2, n_positions=32,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    eager = transformers.GPT2LMHeadModel(cfg)
+    compiled_model = copy.deepcopy(eager)
+    step = torch.compile(lambda m, ids: m(input_ids=ids, labels=ids, use_cache=False).loss, backend="fxremat",
+                         options={"activation_memory_budget": 0.3})
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_c = torch.optim.SGD(compiled_model.parameters(), lr=0.1)
+    for i in range(3):
+        ids = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(i))
+        le = eager(input_ids=ids, labels=ids, use_cache=False).loss
+        lc = step(compiled_model, ids)
+        torch.testing.assert_close(lc, le, rtol=1e-4, atol=1e-5)
+        le.backward()
+        lc.backward()
+        for (n, pe), pc in zip(eager.named_parameters(), compiled_model.parameters()):
+            torch.testing.assert_close(pc.grad, pe.grad, rtol=1e-3, atol=1e-5, msg=n)
+        opt_e.step(), opt_c.step(), opt_e.zero_grad(), opt_c.zero_grad()
+    recs = [r for r in fxremat.partition_records() if r.signature and r.signature.get("peak", {}).get("budget_bytes")]
+    assert recs, "no partition ran under the budget"
+    assert all(r.signature["peak"]["bytes"] <= r.signature["peak"]["budget_bytes"] for r in recs)
