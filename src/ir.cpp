@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <cctype>
+#include <cstdint>
 #include <limits>
 #include <set>
 #include <unordered_set>
 
 #include <fmt/format.h>
+
+#include "src/facts_check.h"
 
 namespace fxremat {
 
@@ -359,29 +363,103 @@ void Graph::renumber(size_t from) {
 // Verifier
 // ---------------------------------------------------------------------------
 
-namespace {
-
 // What the format says tensor facts are (docs/format.md): sizes and strides
 // not negative, and the tensor's bytes (numel * item size, symbolic dims at
 // their hints) within int64, so that every byte count downstream is exact.
+// The JSON reader reports these at the field's path, VerifyGraph at the node.
+std::optional<FactsProblem> FindTensorFactsProblem(const TensorFacts& t) {
+  int64_t bytes = DTypeItemSize(t.dtype);
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    const int64_t d = t.shape[i].hint;
+    if (d < 0) return FactsProblem{"shape", i, fmt::format("dimension {} is {}: sizes are not negative", i, d)};
+    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / d)
+      return FactsProblem{"shape", i,
+                          fmt::format("the tensor's size overflows 64 bits (dimension {} is {})", i, d)};
+    bytes = d == 0 ? 0 : bytes * d;
+  }
+  for (size_t i = 0; i < t.stride.size(); ++i)
+    if (t.stride[i].hint < 0)
+      return FactsProblem{"stride", i,
+                          fmt::format("stride {} is {}: strides are not negative", i, t.stride[i].hint)};
+  return std::nullopt;
+}
+
+std::optional<std::string> SymbolHintProblem(std::string_view symbol, int64_t hint) {
+  if (hint < 0) return fmt::format("symbol {} has the hint {}: sizes are not negative", symbol, hint);
+  return std::nullopt;
+}
+
+Status CheckUtf8(std::string_view text, std::string_view what) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
+    bool ok = n != 0 && i + n <= text.size();
+    uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1Fu) : n == 3 ? (b & 0x0Fu) : (b & 0x07u);
+    for (size_t k = 1; ok && k < n; ++k) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      ok = (c & 0xC0) == 0x80;
+      cp = (cp << 6) | (c & 0x3Fu);
+    }
+    if (ok && n > 1) {
+      static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+      ok = cp >= kMin[n] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+    }
+    if (!ok)
+      return Status::BadInput(fmt::format("invalid UTF-8 (byte 0x{:02X}): {} is UTF-8", b, what),
+                              fmt::format("line {}, col {}", line, col));
+    if (b == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      col += n;  // columns count bytes, as the parser's do
+    }
+    i += n;
+  }
+  return Status::Ok();
+}
+
+bool IsPythonIdentifier(std::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+bool IsDottedName(std::string_view name) {
+  for (size_t start = 0;;) {
+    const size_t dot = name.find('.', start);
+    if (!IsPythonIdentifier(name.substr(start, dot == std::string_view::npos ? dot : dot - start))) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+bool IsLayoutName(std::string_view name) {
+  static constexpr std::string_view kLayouts[] = {"strided",    "sparse_coo", "sparse_csr", "sparse_csc",
+                                                  "sparse_bsr", "sparse_bsc", "_mkldnn",    "jagged"};
+  return std::find(std::begin(kLayouts), std::end(kLayouts), name) != std::end(kLayouts);
+}
+
+bool IsMemoryFormatName(std::string_view name) {
+  static constexpr std::string_view kFormats[] = {"contiguous_format", "channels_last", "channels_last_3d",
+                                                  "preserve_format"};
+  return std::find(std::begin(kFormats), std::end(kFormats), name) != std::end(kFormats);
+}
+
+std::optional<std::string> ValueRangeProblem(int64_t low, int64_t high) {
+  if (low >= high) return fmt::format("value_range [{}, {}) is empty", low, high);
+  return std::nullopt;
+}
+
+namespace {
+
 Status CheckFacts(const ValueFacts& v, const std::string& where) {
   if (v.kind == ValueFacts::Kind::kTuple) {
     for (const ValueFacts& item : v.items) FXREMAT_RETURN_IF_ERROR(CheckFacts(item, where));
     return Status::Ok();
   }
   if (!v.is_tensor()) return Status::Ok();
-  int64_t bytes = DTypeItemSize(v.tensor.dtype);
-  for (size_t i = 0; i < v.tensor.shape.size(); ++i) {
-    const int64_t d = v.tensor.shape[i].hint;
-    if (d < 0) return Status::BadInput(fmt::format("dimension {} is {}: sizes are not negative", i, d), where);
-    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / d)
-      return Status::BadInput(fmt::format("the tensor's size overflows 64 bits (dimension {} is {})", i, d), where);
-    bytes = d == 0 ? 0 : bytes * d;
-  }
-  for (size_t i = 0; i < v.tensor.stride.size(); ++i)
-    if (v.tensor.stride[i].hint < 0)
-      return Status::BadInput(fmt::format("stride {} is {}: strides are not negative", i, v.tensor.stride[i].hint),
-                              where);
+  if (auto problem = FindTensorFactsProblem(v.tensor)) return Status::BadInput(problem->message, where);
   return Status::Ok();
 }
 
@@ -412,9 +490,9 @@ Status VerifyGraph(const Graph& graph) {
         n.val().kind == ValueFacts::Kind::kUnknown)
       return Status::BadInput("missing value facts (meta.val)", where);
     FXREMAT_RETURN_IF_ERROR(CheckFacts(n.val(), where));
-    if (n.meta().value_range && n.meta().value_range->first >= n.meta().value_range->second)
-      return Status::BadInput(fmt::format("value_range [{}, {}) is empty", n.meta().value_range->first,
-                                          n.meta().value_range->second), where);
+    if (n.meta().value_range)
+      if (auto problem = ValueRangeProblem(n.meta().value_range->first, n.meta().value_range->second))
+        return Status::BadInput(*problem, where);
     static const std::set<std::string, std::less<>> kPolicies = {
         "MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE", "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD"};
     static const std::set<std::string, std::less<>> kTags = {"is_forward", "is_backward", "must_be_in_forward",
@@ -433,7 +511,7 @@ Status VerifyGraph(const Graph& graph) {
       return Status::BadInput("the output node must have one argument, a list of values", where);
   }
   for (const auto& [sym, hint] : graph.symbols())
-    if (hint < 0) return Status::BadInput(fmt::format("symbol {} has the hint {}: sizes are not negative", sym, hint), "symbols");
+    if (auto problem = SymbolHintProblem(sym, hint)) return Status::BadInput(*problem, "symbols");
   for (const auto& [target, c] : graph.constants())
     if (c.kind == Constant::Kind::kTensor) {
       ValueFacts v;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fxremat/partition.h"
+#include "src/facts_check.h"
 #include "src/json_internal.h"
 #include "src/partition_internal.h"
 
@@ -101,8 +102,16 @@ std::string Quoted(const std::vector<std::string>& names) {
   return out;
 }
 
+// Combinators (all_of, save_from_both_policies) nest at most this deep: each
+// level is two levels of the JSON form ({"policies": [...]}), which must read
+// back (kMaxJsonDepth); a list nested 200 deep was accepted, and its JSON form
+// refused (found by tests/fuzz/fuzz_loader.cpp).
+constexpr int kMaxPolicyNesting = (kMaxJsonDepth - 1) / 2;
+
 // The checks both input forms share.
-Status Validate(const PolicySpec& spec, const std::string& where) {
+Status Validate(const PolicySpec& spec, const std::string& where, int depth = 0) {
+  if (depth > kMaxPolicyNesting)
+    return Status::BadInput(fmt::format("policies nest deeper than {} levels", kMaxPolicyNesting), where);
   const KindInfo* kind = FindKind(spec.kind);
   if (!kind) return Status::BadInput(fmt::format("unknown policy '{}' (known: {})", spec.kind, KnownKinds()), where);
   if (kind->arity == Arity::kNames && spec.names.empty())
@@ -139,7 +148,7 @@ Status Validate(const PolicySpec& spec, const std::string& where) {
   if (kind->arity == Arity::kChildren && spec.children.empty())
     return Status::BadInput("all_of needs at least one policy", where);
   for (size_t i = 0; i < spec.children.size(); ++i)
-    FXREMAT_RETURN_IF_ERROR(Validate(spec.children[i], fmt::format("{}/policies[{}]", where, i)));
+    FXREMAT_RETURN_IF_ERROR(Validate(spec.children[i], fmt::format("{}/policies[{}]", where, i), depth + 1));
   return Status::Ok();
 }
 
@@ -394,6 +403,9 @@ std::string PolicySpec::ToString() const {
 }
 
 Expected<PolicySpec> ParsePolicy(std::string_view text) {
+  // Policy names end up in JSON (the policy's JSON form, reports): a --policy
+  // that is not UTF-8 made the JSON library throw (found by the fuzzer).
+  if (Status utf8 = CheckUtf8(text, "a policy"); !utf8.ok()) return utf8.WithContext("--policy");
   std::vector<std::string> parts = SplitTopLevel(text, '+');
   PolicySpec spec;
   if (parts.size() == 1) {

@@ -3,14 +3,18 @@
 // placeholders with their value facts; each body line defines one node.
 // Errors carry "line N, col M".
 #include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <system_error>
 
 #include <fmt/format.h>
 
 #include "fxremat/text.h"
 #include "src/constants_io.h"
+#include "src/facts_check.h"
 #include "text_common.h"
 
 namespace fxremat {
@@ -170,8 +174,6 @@ class Lexer {
 };
 
 // Parses value facts from an annotation string ("f32[4, s0][s0, 1]cpu rg").
-// How deeply the text form may nest arguments or tuple annotations.
-constexpr int kMaxNesting = 256;
 
 class FactsParser {
  public:
@@ -207,6 +209,14 @@ class FactsParser {
     }
     return Err(fmt::format("missing '{}'", close));
   }
+  // A whole decimal int64 (no silent saturation: 2^64 is refused, not read as 2^63-1).
+  Expected<int64_t> ParseInt64(std::string_view text, const char* what) const {
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc::result_out_of_range) return Err(fmt::format("{} '{}' is outside int64", what, text));
+    if (ec != std::errc() || end != text.data() + text.size()) return Err(fmt::format("bad {} '{}'", what, text));
+    return v;
+  }
   Expected<Dim> ParseDim(std::string_view text) {
     while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
     while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
@@ -214,11 +224,14 @@ class FactsParser {
     bool numeric = true;
     for (size_t i = 0; i < text.size(); ++i)
       numeric = numeric && (std::isdigit(static_cast<unsigned char>(text[i])) || (i == 0 && text[i] == '-'));
-    if (numeric) return Dim::Static(std::strtoll(std::string(text).c_str(), nullptr, 10));
+    if (numeric) {
+      FXREMAT_ASSIGN_OR_RETURN(int64_t v, ParseInt64(text, "dimension"));
+      return Dim::Static(v);
+    }
     Dim d;
     if (auto tilde = text.rfind('~'); tilde != std::string_view::npos) {
       d.expr = std::string(text.substr(0, tilde));
-      d.hint = std::strtoll(std::string(text.substr(tilde + 1)).c_str(), nullptr, 10);
+      FXREMAT_ASSIGN_OR_RETURN(d.hint, ParseInt64(text.substr(tilde + 1), "hint"));
       return d;
     }
     d.expr = std::string(text);
@@ -247,7 +260,6 @@ class FactsParser {
   }
   Expected<ValueFacts> ParseOne() {
     // Tuples nest a few levels; a deeper annotation is refused, not recursed into.
-    if (depth_ >= kMaxNesting) return Err(fmt::format("nests deeper than {} levels", kMaxNesting));
     ++depth_;
     Expected<ValueFacts> v = ParseOneAtDepth();
     --depth_;
@@ -278,6 +290,8 @@ class FactsParser {
       return v;
     }
     if (Consume("(")) {
+      // Counted as the JSON reader counts: tuples in tuples.
+      if (depth_ > kMaxTupleNesting) return Err(fmt::format("tuples nest deeper than {} levels", kMaxTupleNesting));
       v.kind = ValueFacts::Kind::kTuple;
       while (true) {
         SkipSpaces();
@@ -302,7 +316,10 @@ class FactsParser {
     if (Consume("[")) {
       FXREMAT_ASSIGN_OR_RETURN(std::string_view stride, Balanced('[', ']'));
       FXREMAT_ASSIGN_OR_RETURN(v.tensor.stride, ParseDims(stride));
+      if (v.tensor.stride.size() != v.tensor.shape.size())
+        return Err(fmt::format("{} strides for {} dims", v.tensor.stride.size(), v.tensor.shape.size()));
     }
+    if (auto problem = FindTensorFactsProblem(v.tensor)) return Err(problem->message);
     size_t start = pos_;
     while (pos_ < s_.size() && s_[pos_] != ' ' && s_[pos_] != ',' && s_[pos_] != ')') ++pos_;
     v.tensor.device = std::string(s_.substr(start, pos_ - start));
@@ -313,7 +330,7 @@ class FactsParser {
       size_t start_digits = pos_;
       while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
       if (pos_ == start_digits) return Err("expected a storage id after '@'");
-      v.tensor.storage = std::strtoll(std::string(s_.substr(start_digits, pos_ - start_digits)).c_str(), nullptr, 10);
+      FXREMAT_ASSIGN_OR_RETURN(v.tensor.storage, ParseInt64(s_.substr(start_digits, pos_ - start_digits), "storage id"));
     }
     return v;
   }
@@ -324,8 +341,6 @@ class FactsParser {
   int depth_ = 0;
 };
 
-constexpr std::string_view kLayouts[] = {"strided", "sparse_coo", "sparse_csr", "sparse_csc",
-                                         "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged"};
 
 class Parser {
  public:
@@ -557,9 +572,6 @@ Status Parser::ParseHeaderLine(Lexer& lex) {
 }
 
 Expected<Argument> Parser::ParseArgument(Lexer& lex) {
-  // Arguments nest a few lists deep; a deeper one is refused, not recursed into.
-  if (argument_depth_ >= kMaxNesting)
-    return lex.Error(lex.peek().col, fmt::format("arguments nest deeper than {} levels", kMaxNesting));
   ++argument_depth_;
   struct Leave {
     int& depth;
@@ -572,6 +584,10 @@ Expected<Argument> Parser::ParseArgument(Lexer& lex) {
     case Tok::kString: FXREMAT_RETURN_IF_ERROR(lex.Advance()); return Argument::String(tok.text);
     case Tok::kPunct:
       if (tok.text == "[") {
+        // Arguments nest a few lists deep; a deeper one is refused, not recursed
+        // into (the JSON reader counts the same way: lists in lists).
+        if (argument_depth_ > kMaxArgumentNesting)
+          return lex.Error(tok.col, fmt::format("arguments nest deeper than {} levels", kMaxArgumentNesting));
         FXREMAT_RETURN_IF_ERROR(lex.Advance());
         std::vector<Argument> items;
         while (!lex.IsPunct("]")) {
@@ -609,9 +625,9 @@ Expected<Argument> Parser::ParseArgument(Lexer& lex) {
       if (tok.text.rfind("torch.", 0) == 0) {
         std::string rest = tok.text.substr(6);
         if (auto d = DTypeFromName(rest)) return Argument::OfDType(*d);
-        for (std::string_view l : kLayouts)
-          if (rest == l) return Argument::Layout(rest);
-        if (rest.size() > 7 && rest.compare(rest.size() - 7, 7, "_format") == 0) return Argument::MemoryFormat(rest);
+        if (IsLayoutName(rest)) return Argument::Layout(rest);
+        // (channels_last has no "_format" suffix; it used to be refused here)
+        if (IsMemoryFormatName(rest)) return Argument::MemoryFormat(rest);
         return lex.Error(tok.col, fmt::format("unknown torch constant '{}'", tok.text));
       }
       Node* n = graph_->findNode(tok.text);
@@ -636,6 +652,8 @@ Status Parser::ParseDef(Lexer& lex) {
     FXREMAT_RETURN_IF_ERROR(lex.Advance());
     size_t col = lex.peek().col;
     FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectIdent());
+    if (!IsPythonIdentifier(name))
+      return lex.Error(col, fmt::format("node name '{}' is not a Python identifier", name));
     if (graph_->findNode(name)) return lex.Error(col, fmt::format("duplicate node name '{}'", name));
     PendingInput* input = nullptr;
     for (auto& [n, in] : inputs_)
@@ -684,6 +702,8 @@ Status Parser::ParseBodyLine(Lexer& lex) {
   }
   size_t name_col = lex.peek().col;
   FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectIdent());
+  if (!IsPythonIdentifier(name))
+    return lex.Error(name_col, fmt::format("node name '{}' is not a Python identifier", name));
   if (graph_->findNode(name)) return lex.Error(name_col, fmt::format("duplicate node name '{}'", name));
   ValueFacts facts;
   if (lex.IsPunct(":")) {
@@ -797,6 +817,9 @@ Expected<std::unique_ptr<Graph>> Parser::Parse(std::string_view text) {
 }  // namespace
 
 Expected<std::unique_ptr<Graph>> ParseGraph(std::string_view text) {
+  // Found by tests/fuzz/fuzz_loader.cpp: a text that was not UTF-8 was read, and
+  // writing the graph as JSON failed inside the JSON library.
+  FXREMAT_RETURN_IF_ERROR(CheckUtf8(text, "the text form"));
   Parser parser;
   return parser.Parse(text);
 }

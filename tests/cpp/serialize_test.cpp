@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "fxremat/policy.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
 
@@ -66,4 +67,105 @@ TEST_CASE("text parse errors carry line and column") {
   REQUIRE_FALSE(g.ok());
   CHECK(g.status().where() == "line 3, col 52");
   CHECK(g.status().message().find("'z' is not defined") != std::string::npos);
+}
+
+// Issue 12: what one form's reader accepts, the other form of it reads back (the
+// fuzzer, tests/fuzz/fuzz_loader.cpp, checks this on every input it makes).
+TEST_CASE("layouts and memory formats: both readers take torch's names and refuse others") {
+  const std::string text =
+      "# fxremat.graph v1 kind=plain\n"
+      "def forward(self, x: \"f32[2, 2][2, 1]cpu\"):\n"
+      "    y: \"f32[2, 2][2, 1]cpu\" = torch.ops.aten.clone.default(x, memory_format = torch.channels_last)\n"
+      "    z: \"f32[2, 2][2, 1]cpu\" = torch.ops.aten.empty_like.default(y, layout = torch.strided, "
+      "memory_format = torch.preserve_format)\n"
+      "    return (z,)\n";
+  auto g = ParseGraph(text);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());  // torch.channels_last was refused: it has no "_format" suffix
+  auto back = GraphFromJson(GraphToJson(**g));
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(PrintGraph(**back) == PrintGraph(**g));
+
+  std::string json = GraphToJson(**g);
+  json.replace(json.find("\"channels_last\""), 15, "\"banana\"");
+  auto bad = GraphFromJson(json);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().where() == "/nodes/1/kwargs/memory_format");
+  CHECK(bad.status().message() == "unknown memory format 'banana'");
+  auto bad_text = ParseGraph(std::string(text).replace(text.find("channels_last"), 13, "banana_format"));
+  REQUIRE_FALSE(bad_text.ok());
+  CHECK(bad_text.status().message().find("unknown torch constant 'torch.banana_format'") != std::string::npos);
+}
+
+TEST_CASE("sizes are refused where they are written") {
+  const std::string head = R"({"format": "fxremat.graph", "version": [1, 2], "kind": "plain", "nodes": [)"
+                           R"({"name": "x", "op": "placeholder", "meta": {"val": {"kind": "tensor", "dtype": "float32", )";
+  const std::string tail = R"(, "device": "cpu"}}}, {"name": "output", "op": "output", "args": [[{"node": "x"}]]}]})";
+  auto check = [&](const std::string& facts, const std::string& where, const std::string& what) {
+    auto g = GraphFromJson(head + facts + tail);
+    REQUIRE_FALSE(g.ok());
+    INFO(g.status().ToString());
+    CHECK(g.status().where() == where);
+    CHECK(g.status().message() == what);
+  };
+  check(R"("shape": [2, -3], "stride": [1, 1])", "/nodes/0/meta/val/shape/1", "dimension 1 is -3: sizes are not negative");
+  check(R"("shape": [9223372036854775808], "stride": [1])", "/nodes/0/meta/val/shape/0",
+        "the integer 9223372036854775808 is outside int64");
+  check(R"("shape": [4611686018427387904], "stride": [1])", "/nodes/0/meta/val/shape/0",
+        "the tensor's size overflows 64 bits (dimension 0 is 4611686018427387904)");
+  check(R"("shape": [2], "stride": [-1])", "/nodes/0/meta/val/stride/0", "stride 0 is -1: strides are not negative");
+  check(R"("shape": [{"sym": "s0", "hint": -1}], "stride": [1])", "/nodes/0/meta/val/shape/0",
+        "dimension 0 is -1: sizes are not negative");
+
+  auto text = [](const std::string& annotation) {
+    return ParseGraph("# fxremat.graph v1 kind=plain\ndef forward(self, x: \"" + annotation + "\"):\n    return (x,)\n");
+  };
+  for (const auto& [annotation, what] : std::vector<std::pair<std::string, std::string>>{
+           {"f32[18446744073709551616][1]cpu", "dimension '18446744073709551616' is outside int64"},
+           {"f32[-2][1]cpu", "dimension 0 is -2: sizes are not negative"},
+           {"f32[][1]cpu", "1 strides for 0 dims"},
+           {"f32[s0~x][1]cpu", "bad hint 'x'"}}) {
+    auto g = text(annotation);
+    REQUIRE_FALSE(g.ok());
+    INFO(g.status().ToString());
+    CHECK(g.status().where() == "line 2, col 22");
+    CHECK(g.status().message().find(what) != std::string::npos);
+  }
+}
+
+TEST_CASE("the text form is UTF-8: other bytes are refused where they are") {
+  const std::string ok = "# fxremat.graph v1 kind=plain\ndef forward(self, x: \"f32[2][1]cpu\"):\n    return (x,)\n";
+  REQUIRE(ParseGraph(ok).ok());
+  for (const std::string& bad : {std::string("\xff"), std::string("\xc0\xaf"), std::string("\xed\xa0\x80"),
+                                 std::string("\xf4\x90\x80\x80"), std::string("\xe2\x82")}) {
+    std::string text = ok;
+    text.insert(text.find("forward"), bad);  // line 2, col 5
+    auto g = ParseGraph(text);
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().where() == "line 2, col 5");
+    CHECK(g.status().message().find("invalid UTF-8") != std::string::npos);
+  }
+  std::string accented = ok;
+  accented.insert(accented.find("kind"), "name='caf\xc3\xa9' ");
+  INFO(ParseGraph(accented).status().ToString());
+  CHECK(ParseGraph(accented).ok());
+}
+
+TEST_CASE("a --policy that is not UTF-8 is refused, not passed on to the JSON writer") {
+  auto p = ParsePolicy("save_ops:aten.mm,\xfe\xfe");
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().where() == "--policy: line 1, col 18");
+  CHECK(p.status().message() == "invalid UTF-8 (byte 0xFE): a policy is UTF-8");
+}
+
+TEST_CASE("tensor facts without strides read back from the JSON they are written to") {
+  auto g = ParseGraph("# fxremat.graph v1 kind=plain\ndef forward(self, x: \"f32[4]cpu\"):\n"
+                      "    n: \"f32[4]cpu\" = torch.ops.aten.sin.default(x)\n    return (n,)\n");
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  auto back = GraphFromJson(GraphToJson(**g));
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(PrintGraph(**back) == PrintGraph(**g));
 }
