@@ -58,8 +58,13 @@ def pytorch_partition(gm, fraction: float):
 
     g = copy.deepcopy(gm)
     nfo = gm.meta["fxremat"]["num_fwd_outputs"]
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     t0 = time.perf_counter()
-    with fconfig.patch(activation_memory_budget=fraction):
+    # A checkpointed graph makes PyTorch functionalize the RNG of recomputed random
+    # ops, which needs the fake mode torch.compile has active.
+    with fconfig.patch(activation_memory_budget=fraction), tracing(TracingContext(FakeTensorMode())):
         fw, bw = min_cut_rematerialization_partition(g, None, num_fwd_outputs=nfo,
                                                      static_lifetime_input_indices=static_indices(gm))
     seconds = time.perf_counter() - t0
@@ -94,8 +99,10 @@ def verify(part, joint, primals, tangents) -> bool:
     """fw+bw reproduce the joint graph's outputs and gradients on these inputs."""
     from fxremat.testing.verify import tolerance
 
-    with torch.no_grad():
+    with torch.no_grad():  # the same random draws in both runs (random ops are never replayed)
+        torch.manual_seed(1234)
         want = list(joint(*[p.clone() if isinstance(p, torch.Tensor) else p for p in primals], *tangents))
+        torch.manual_seed(1234)
         outs, grads = part.run([p.clone() if isinstance(p, torch.Tensor) else p for p in primals], tangents)
     got = list(outs) + list(grads)
     if len(got) != len(want):
@@ -125,7 +132,7 @@ def corpus(quick: bool) -> list[tuple[str, Path, Path | None]]:
 
 
 def mib(b: float) -> str:
-    return f"{b / 2**20:.2f}"
+    return f"{b / 2**20:.2f}" if b >= 2**20 else f"{b / 2**20:.5f}"
 
 
 def main() -> int:

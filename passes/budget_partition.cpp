@@ -5,7 +5,9 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -240,6 +242,11 @@ class BudgetSolver {
 
   // Extraction in the pipeline's form, then the peak model and the cost.
   Expected<Evaluation> Evaluate(const std::vector<Node*>& saved) {
+    // The front's budget points revisit the same saved sets (the same binary
+    // searches from the same candidates): each set is emitted once.
+    std::string key(g_.size() / 8 + 1, '\0');
+    for (const Node* n : saved) key[n->index() / 8] = static_cast<char>(key[n->index() / 8] | (1 << (n->index() % 8)));
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
     ++evaluations_;
     FXREMAT_ASSIGN_OR_RETURN(Partition p, Emit(saved));
     FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p));
@@ -247,6 +254,7 @@ class BudgetSolver {
     ev.peak = e.peak_bytes;
     ev.saved_bytes = p.signature.savedBytes();
     ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte);
+    cache_.emplace(std::move(key), ev);
     return ev;
   }
 
@@ -425,6 +433,40 @@ class BudgetSolver {
       }
       if (found.ev.cost < best.ev.cost) best = std::move(found);
     }
+    // From the other side: the min cut, dropping saved values (recomputing
+    // them) -- the most bytes per recompute cost first -- by binary search on
+    // the shortest prefix that brings the peak within the target.
+    if (min_cut_.ev.peak > target) {
+      std::vector<bool> forced(g_.size(), false);
+      for (const Node* f : forced_) forced[f->index()] = true;
+      std::vector<Node*> droppable;
+      for (Node* n : min_cut_.saved)
+        if (n->isCallFunction() && !forced[n->index()] && !MustRecompute(*n) && n->val().is_tensor()) droppable.push_back(n);
+      std::stable_sort(droppable.begin(), droppable.end(), [&](const Node* a, const Node* b) {
+        auto ratio = [&](const Node* n) {
+          return static_cast<double>(StorageBytesOf(*n)) / (1.0 + RecomputeCost(*n, options_.recompute_flops_per_byte));
+        };
+        return ratio(a) > ratio(b);
+      });
+      size_t lo = 1, hi = droppable.size();
+      std::optional<Candidate> found;
+      while (lo <= hi && hi > 0) {
+        const size_t mid = lo + (hi - lo) / 2;
+        std::vector<bool> in = BaseSet();
+        for (Node* n : min_cut_.saved) in[n->index()] = true;
+        for (size_t i = 0; i < mid; ++i) in[droppable[i]->index()] = false;
+        std::vector<Node*> saved = Collect(in);
+        Expected<Evaluation> ev = Evaluate(saved);
+        if (!ev.ok() && ev.status().code() != ErrorCode::kBadInput) return ev.status();
+        if (ev.ok() && ev->peak <= target) {
+          found = Candidate{std::move(saved), *ev, "min cut - drops"};
+          hi = mid - 1;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      if (found && found->ev.cost < best.ev.cost) best = std::move(*found);
+    }
     return Improve(std::move(best), target);
   }
 
@@ -447,7 +489,9 @@ class BudgetSolver {
 
   template <typename Better>
   Expected<Candidate> LocalSearch(Candidate best, Better better) {
-    const int64_t allowance = std::clamp<int64_t>(200000 / static_cast<int64_t>(std::max<size_t>(g_.size(), 1)), 16, 2000);
+    // Each evaluation costs time proportional to the graph: small graphs get a
+    // thorough search, large ones a few moves.
+    const int64_t allowance = std::clamp<int64_t>(20000 / static_cast<int64_t>(std::max<size_t>(g_.size(), 1)), 4, 500);
     int64_t spent = 0;
     std::vector<bool> forced(g_.size(), false);
     for (const Node* f : forced_) forced[f->index()] = true;
@@ -540,6 +584,7 @@ class BudgetSolver {
   std::vector<Candidate> candidates_;
   Candidate min_cut_;
   std::vector<Node*> pool_, movable_;
+  std::unordered_map<std::string, Evaluation> cache_;
   int64_t evaluations_ = 0;
 };
 
