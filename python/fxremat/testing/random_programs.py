@@ -212,8 +212,9 @@ class _Rejected(Exception):
 
 
 class _Builder:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, max_ops: int | None = None) -> None:
         self.seed = seed
+        self.max_ops = max_ops
         self.rng = random.Random(seed)
         self.module = self.rng.random() < 0.35
         self.inputs: list[InputSpec] = []
@@ -694,6 +695,8 @@ class _Builder:
     def build(self) -> RandomProgram:
         rng = self.rng
         n_ops = int(round(math.exp(rng.uniform(math.log(2), math.log(55)))))
+        if self.max_ops is not None:  # drawn all the same: the rest of the stream is unchanged
+            n_ops = min(n_ops, self.max_ops)
         # initial inputs: at least one that requires grad
         n_first = rng.randint(1, 3)
         for _ in range(n_first):
@@ -768,9 +771,10 @@ def _factorize(n: int, rng: random.Random) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def generate(seed: int) -> RandomProgram:
-    """The random program of ``seed`` (deterministic)."""
-    return _Builder(seed).build()
+def generate(seed: int, max_ops: int | None = None) -> RandomProgram:
+    """The random program of ``seed`` (deterministic); ``max_ops`` caps the number of
+    ops drawn (small, fast programs for the soak test, tests/python/test_soak.py)."""
+    return _Builder(seed, max_ops).build()
 
 
 # --------------------------------------------------------------------------------------
