@@ -19,31 +19,31 @@ namespace fxremat {
 
 namespace {
 
-constexpr const char* kToCopy = "aten._to_copy.default";
-// Facts of aten::_to_copy as torch 2.13 (constraints.txt) reports them; a graph
-// that already has facts for it keeps its own.
-constexpr const char* kToCopySchema =
-    "aten::_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
-    "bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor";
+// prims.device_put, not aten._to_copy: Inductor decomposes _to_copy while
+// AOTAutograd traces and has no lowering for one that appears after
+// partitioning ("both a fallback and a decomp"), while it lowers device_put
+// (PyTorch's own activation offloading emits it for the same reason).
+constexpr const char* kDevicePut = "prims.device_put.default";
+// Facts of prims::device_put as torch 2.13 (constraints.txt) reports them; a
+// graph that already has facts for it keeps its own.
+constexpr const char* kDevicePutSchema = "prims::device_put(Tensor a, Device device, bool non_blocking=False) -> Tensor";
 constexpr const char* kPlaceToHost = "xla.place_to_host.default";
 constexpr const char* kPlaceToDevice = "xla.place_to_device.default";
 
 struct Transfer {
   std::string target;
+  std::vector<Argument> extra_args;  // after the value
   Kwargs kwargs;
 };
 
-Transfer ToHost(const Node& value, OffloadTarget target) {
-  if (target == OffloadTarget::kXla) return {kPlaceToHost, {}};
-  const bool on_accelerator = value.val().tensor.device != "cpu";
-  return {kToCopy,
-          {{"device", Argument::Device("cpu")}, {"pin_memory", Argument::Bool(on_accelerator)},
-           {"non_blocking", Argument::Bool(true)}}};
+Transfer ToHost(OffloadTarget target) {
+  if (target == OffloadTarget::kXla) return {kPlaceToHost, {}, {}};
+  return {kDevicePut, {Argument::Device("cpu")}, {{"non_blocking", Argument::Bool(true)}}};
 }
 
 Transfer ToDevice(const ValueFacts& device_facts, OffloadTarget target) {
-  if (target == OffloadTarget::kXla) return {kPlaceToDevice, {}};
-  return {kToCopy, {{"device", Argument::Device(device_facts.tensor.device)}, {"non_blocking", Argument::Bool(true)}}};
+  if (target == OffloadTarget::kXla) return {kPlaceToDevice, {}, {}};
+  return {kDevicePut, {Argument::Device(device_facts.tensor.device)}, {{"non_blocking", Argument::Bool(true)}}};
 }
 
 ValueFacts HostFacts(const ValueFacts& device_facts, OffloadTarget target) {
@@ -55,8 +55,7 @@ ValueFacts HostFacts(const ValueFacts& device_facts, OffloadTarget target) {
 
 void RegisterTransferOps(Graph& g, OffloadTarget target) {
   if (target == OffloadTarget::kTorch) {
-    EnsureOpFacts(g, kToCopy, kToCopySchema, {"core", "pt2_compliant_tag"},
-                  {"core", "generated", "out", "pt2_compliant_tag"});
+    EnsureOpFacts(g, kDevicePut, kDevicePutSchema, {"pt2_compliant_tag"}, {"pt2_compliant_tag"});
   } else {
     EnsureOpFacts(g, kPlaceToHost, "xla::place_to_host(Tensor t) -> Tensor", {});
     EnsureOpFacts(g, kPlaceToDevice, "xla::place_to_device(Tensor t) -> Tensor", {});
@@ -102,9 +101,11 @@ Expected<bool> EmitOffload(Partition& p, OffloadTarget target) {
   for (size_t k = 0; k < todo.size(); ++k) {
     const SavedValue& s = *todo[k];
     Node* value = fw.findNode(s.name);
-    Transfer t = ToHost(*value, target);
-    Node* host = fw.createNodeBefore(anchors[k], OpKind::kCallFunction, s.graphName(), t.target,
-                                     {Argument::NodeRef(value)}, std::move(t.kwargs));
+    Transfer t = ToHost(target);
+    std::vector<Argument> args = {Argument::NodeRef(value)};
+    args.insert(args.end(), t.extra_args.begin(), t.extra_args.end());
+    Node* host = fw.createNodeBefore(anchors[k], OpKind::kCallFunction, s.graphName(), t.target, std::move(args),
+                                     std::move(t.kwargs));
     host->val() = HostFacts(value->val(), target);
     std::vector<Argument> outputs = fw_output->args()[0].list;
     outputs[static_cast<size_t>(s.forward_output_index)] = Argument::NodeRef(host);
@@ -126,7 +127,9 @@ Expected<bool> EmitOffload(Partition& p, OffloadTarget target) {
     reload->val() = device_facts;
     reload->meta() = placeholder->meta();
     bw.replaceAllUsesWith(placeholder, reload);
-    bw.setInputs(reload, {Argument::NodeRef(placeholder)}, std::move(t.kwargs));
+    std::vector<Argument> args = {Argument::NodeRef(placeholder)};
+    args.insert(args.end(), t.extra_args.begin(), t.extra_args.end());
+    bw.setInputs(reload, std::move(args), std::move(t.kwargs));
   }
   Status check = CheckSignature(fw, bw, p.signature);
   if (!check.ok()) return Status::Internal("offload broke the signature: " + check.ToString());

@@ -6,8 +6,11 @@
 // returns the host copy in the value's forward-output slot; the backward takes
 // the host copy in the same input slot and reloads it to the device right before
 // its first use. Targets:
-//   torch: aten._to_copy.default(v, device=cpu, pin_memory=<v is on an
-//          accelerator>, non_blocking=True) and back to v's device;
+//   torch: prims.device_put.default(v, cpu, non_blocking=True) and back to
+//          v's device -- the transfer PyTorch's own activation offloading
+//          emits, which Inductor lowers (aten._to_copy it does not, after
+//          partitioning). Synchronous with the compute stream; overlapping it
+//          (torch's ao::offload / ao::reload on a side stream) is not done yet;
 //   xla:   xla.place_to_host.default(v) / xla.place_to_device.default(h)
 //          (torch_xla's annotate_device_placement with "pinned_host").
 // Nothing is recomputed from an offloaded value's device copy in the backward:

@@ -23,7 +23,7 @@ bool IsSavedPlaceholder(const Node& n) { return n.isPlaceholder() && n.role() ==
 // An offload reload (passes/emit_offload.cpp): a transfer of a saved placeholder.
 bool IsReload(const Node& n) {
   return n.isCallFunction() &&
-         (n.target() == "aten._to_copy.default" || n.target() == "xla.place_to_device.default") &&
+         (n.target() == "prims.device_put.default" || n.target() == "xla.place_to_device.default") &&
          n.inputs().size() == 1 && IsSavedPlaceholder(*n.inputs()[0]);
 }
 

@@ -139,9 +139,13 @@ class GraphRun {
     if (v.is_tensor()) {
       if (has_schema && !info->schema.returns.empty())
         if (const StorageIds* base = alias_of(info->schema.returns[0]); base && base->size() == 1) return *base;
-      // PyTorch implements _unsafe_view as a view although its schema has no alias.
-      if (n.target() == "aten._unsafe_view.default" && !n.args().empty() && n.args()[0].is_node() &&
-          ids(n.args()[0].node).size() == 1)
+      // PyTorch implements _unsafe_view as a view although its schema has no
+      // alias, and device_put onto the device a tensor is already on returns it.
+      const bool same_device_put = n.target() == "prims.device_put.default" && !n.args().empty() &&
+                                   n.args()[0].is_node() && n.args()[0].node->val().is_tensor() &&
+                                   n.args()[0].node->val().tensor.device == v.tensor.device;
+      if ((n.target() == "aten._unsafe_view.default" || same_device_put) && !n.args().empty() &&
+          n.args()[0].is_node() && ids(n.args()[0].node).size() == 1)
         return ids(n.args()[0].node);
       return {sim_.NewStorage(v.tensor, true)};
     }

@@ -40,7 +40,7 @@ def main() -> None:
     real = [torch.randn(a.shape, requires_grad=True) for a in args]
     policy = P.save_and_offload_only_these_names(names_which_can_be_saved=["a"], names_which_can_be_offloaded=["b"])
     fw, bw, sig = fxremat.extract(f4, *real, policy=policy)
-    transfers = [n for n in fw.graph.nodes if n.target is torch.ops.aten._to_copy.default]
+    transfers = [n for n in fw.graph.nodes if n.target is torch.ops.prims.device_put.default]
     print(f"forward graph copies to host: {[str(n) for n in transfers]}")
     outs = fw(*[a.detach() for a in real])
     n_out = 1

@@ -232,7 +232,7 @@ struct PartitionFlags {
                     "Checkpoint policy NAME[:ARGS] (docs/policies.md), e.g. save_only_these_names:a,b or "
                     "save_and_offload_only_these_names:save=a;offload=b; POLICY+POLICY combines");
     cmd->add_option("--policy-file", policy_file, "Checkpoint policy as a JSON file (docs/policies.md)");
-    cmd->add_option("--offload-target", offload_target, "Where offloaded values go: torch (aten._to_copy to "
+    cmd->add_option("--offload-target", offload_target, "Where offloaded values go: torch (prims.device_put to "
                     "cpu) or xla (xla::place_to_host)")->capture_default_str();
     cmd->add_flag("--barrier", barrier, "Pass the inputs of recomputed regions through xla::optimization_barrier "
                   "(needs --offload-target xla)");

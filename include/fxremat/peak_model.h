@@ -14,7 +14,8 @@
 //     (FX's generated code drops each local after its last use, AOTAutograd
 //     frees the saved tensors as the backward consumes them);
 //   * views and in-place results share their base's storage (the schema's alias
-//     annotations; aten._unsafe_view too, which PyTorch implements as a view);
+//     annotations; aten._unsafe_view too, which PyTorch implements as a view,
+//     and prims.device_put onto the device the tensor is on, which returns it);
 //     a storage dies with the last value that refers to it;
 //   * a multi-output op allocates one storage per item; an item nobody fetches
 //     dies with the tuple, after the op's last getitem;

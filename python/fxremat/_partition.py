@@ -187,8 +187,8 @@ def partition(
 
     ``policy``: a checkpoint policy (:mod:`fxremat.policies` object, its text form
     ``"save_only_these_names:a,b"`` or JSON form; ``docs/policies.md``), mincut only.
-    ``offload_target``: how offloaded values move (``"torch"``: ``aten._to_copy`` to
-    cpu and back; ``"xla"``: ``xla::place_to_host`` / ``place_to_device``).
+    ``offload_target``: how offloaded values move (``"torch"``: ``prims.device_put``
+    to cpu and back; ``"xla"``: ``xla::place_to_host`` / ``place_to_device``).
     ``barrier``: with the xla target, pass the inputs of recomputed regions through
     ``xla::optimization_barrier``. ``keep_annotations``: keep the naming ops
     (``fxremat::checkpoint_name``, ``xla::name_tensor``) in the graphs. Contradictory

@@ -27,7 +27,7 @@ Options (``options={...}``), all optional:
 ``policy``                  a checkpoint policy: a ``fxremat.policies`` object, its text
                             form (``"save_only_these_names:a,b"``) or JSON form
                             (``docs/policies.md``); mincut only
-``offload_target``          ``"torch"`` (default: ``aten._to_copy`` to cpu and back) |
+``offload_target``          ``"torch"`` (default: ``prims.device_put`` to cpu and back) |
                             ``"xla"`` (``xla::place_to_host`` / ``place_to_device``)
 ``barrier``                 ``True`` (xla target only): ``xla::optimization_barrier``
                             before every recomputed region of the backward
@@ -45,7 +45,9 @@ min-cut options             ``torch._functorch.config`` names, passed to the C++
                             ``recompute_views``, ``aggressive_recomputation``,
                             ``ban_recompute_*``, ``treat_parameters_as_free_to_save``,
                             ``cse``, ``max_dist_from_bw``, ``activation_memory_budget``
-                            (1.0 or 0.0), ``max_flow``
+                            (a fraction of the peak range, docs/budget.md), ``max_flow``;
+                            fxremat's ``memory_budget_bytes``, ``budget_objective``,
+                            ``recompute_flops_per_byte``
 ==========================  =============================================================
 
 Unknown option names are an error that lists the valid ones.
@@ -55,9 +57,7 @@ values in force when the graph is compiled (set globally, or with
 ``torch._functorch.config.patch(...)`` around the first call of the compiled model):
 the ambient values of the min-cut knobs are the defaults that the min-cut options above
 override (mincut only; ``default_partition`` reads none of them). A knob fxremat
-cannot honour, set to another value than its default -- ``activation_memory_budget``
-other than 1.0 or 0.0, ``activation_memory_budget_solver``,
-``activation_memory_budget_runtime_estimator``, ``visualize_memory_budget_pareto``,
+cannot honour, set to another value than its default --
 ``enable_activation_offloading``, ``unsafe_allow_optimization_of_collectives``, ... --
 fails the compile with a ``ValueError`` that names it (Note [Ambient functorch config]
 in ``_partition_fn.py``).

@@ -2,7 +2,7 @@
 
 The C++ pipeline (Note [Partition pipeline] in include/fxremat/pipeline.h) emits
 forward/backward documents with nodes the joint graph lacks: transfers
-(aten._to_copy to cpu and back, or xla.place_to_host / place_to_device) and
+(prims.device_put to cpu and back, or xla.place_to_host / place_to_device) and
 xla.optimization_barrier with its getitems. The drop-in partition_fn's builder makes
 those nodes from the document entries (everything else is copied from the joint graph).
 """
@@ -195,11 +195,11 @@ def test_mlp_offload_torch_target():
     assert saved[("h1",)]["offloaded"] is False and saved[("h2",)]["offloaded"] is True
     assert sig["offloaded_bytes"] == 64 * 32 * 4
     # forward: h2 goes to cpu right after its last forward use
-    copies = fw.graph.find_nodes(op="call_function", target=torch.ops.aten._to_copy.default)
+    copies = fw.graph.find_nodes(op="call_function", target=torch.ops.prims.device_put.default)
     assert len(copies) == 1
     (c,) = copies
     src = c.args[0]
-    assert c.kwargs["device"] == torch.device("cpu") and c.kwargs.get("non_blocking") is True
+    assert c.args[1] == torch.device("cpu") and c.kwargs.get("non_blocking") is True
     # Note [Offload]: the signature names the joint value, the slots hold <name>_host
     assert c.name == saved[("h2",)]["name"] + "_host" == sig["name_in_input_names"]["h2"]
     order = list(fw.graph.nodes)
@@ -210,7 +210,7 @@ def test_mlp_offload_torch_target():
     host = bw_nodes[c.name]
     assert host.op == "placeholder"
     (reload,) = host.users
-    assert reload.target is torch.ops.aten._to_copy.default
+    assert reload.target is torch.ops.prims.device_put.default
     border = list(bw.graph.nodes)
     assert border.index(reload) < min(border.index(u) for u in reload.users)
     # no annotation op is left (folded), and nothing else from the device copy of h2
@@ -224,7 +224,7 @@ def test_mlp_offload_xla_target_with_barriers():
     fw, bw, sig = fxremat.extract(model, x, policy=MLP_POLICY, offload_target="xla", barrier=True)
     assert len(fw.graph.find_nodes(op="call_function", target=torch.ops.xla.place_to_host.default)) == 1
     assert len(bw.graph.find_nodes(op="call_function", target=torch.ops.xla.place_to_device.default)) == 1
-    assert not fw.graph.find_nodes(op="call_function", target=torch.ops.aten._to_copy.default)
+    assert not fw.graph.find_nodes(op="call_function", target=torch.ops.prims.device_put.default)
     barriers = bw.graph.find_nodes(op="call_function", target=torch.ops.xla.optimization_barrier.default)
     assert barriers, "the recomputed sin/addmm regions get barriers"
     for b in barriers:
@@ -261,8 +261,8 @@ def test_gpt2_offload_mlp_activations():
     fw, bw, sig = fxremat.extract(model, *p.args, policy=policy)
     assert sorted(n for s in sig["saved"] if s.get("offloaded") for n in s["names"]) == offloaded
     assert sorted(n for s in sig["saved"] if not s.get("offloaded") for n in s.get("names", [])) == sorted(saved)
-    to_cpu = [c for c in fw.graph.find_nodes(op="call_function", target=torch.ops.aten._to_copy.default)
-              if c.kwargs.get("device") == torch.device("cpu")]
+    to_cpu = [c for c in fw.graph.find_nodes(op="call_function", target=torch.ops.prims.device_put.default)
+              if c.args[1] == torch.device("cpu")]
     assert len(to_cpu) == len(offloaded)
     _check_numerics(model, list(p.args), fw, bw, sig, tol=dict(rtol=1e-5, atol=1e-6))
 
@@ -311,3 +311,54 @@ def test_backend_options_offload_and_barrier():
         torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"gradient of {name}: {m}")
     (rec,) = partition_records()
     assert rec.signature["offloaded_bytes"] == 64 * 32 * 4
+
+
+@pytest.mark.parametrize("policy", [
+    "offload_dot_with_no_batch_dims",
+    "save_and_offload_only_these_names:save=h1;offload=h2",
+])
+def test_offload_compiles_under_inductor(policy):
+    """Every offload path compiles with the default Inductor compiler (the transfer is
+    prims.device_put, which Inductor lowers) and trains like eager."""
+    import copy
+
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model, x = _mlp()
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxremat", options={"policy": policy})
+    out = compiled(x)
+    out.sum().backward()
+    want = ref(x)
+    want.sum().backward()
+    torch.testing.assert_close(out, want)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    rec = fxremat.partition_records()[-1]
+    assert rec.signature["offloaded_bytes"] > 0
+    torch._dynamo.reset()
+
+
+def test_offload_name_compiles_under_inductor():
+    import torch._dynamo
+
+    xla_compat.register_all()
+    torch._dynamo.reset()
+
+    def f(x, w):
+        h = xla_compat.offload_name(torch.sin(x @ w), "h")
+        return (h * h).sum()
+
+    x = torch.randn(8, 16, requires_grad=True)
+    w = torch.randn(16, 16, requires_grad=True)
+    out = torch.compile(f, backend="fxremat")(x, w)
+    gx, gw = torch.autograd.grad(out, (x, w))
+    x2, w2 = x.detach().requires_grad_(), w.detach().requires_grad_()
+    want = f(x2, w2)
+    wx, ww = torch.autograd.grad(want, (x2, w2))
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(gx, wx)
+    torch.testing.assert_close(gw, ww)
+    assert fxremat.partition_records()[-1].signature["offloaded_bytes"] == 8 * 16 * 4
+    torch._dynamo.reset()
