@@ -11,7 +11,7 @@ JOBS      ?= 2
 FXREMAT   := $(BUILD)/fxremat
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: all setup configure build install-python test test-cpp test-python demo testdata clean sanitize
+.PHONY: all setup configure build install-python test test-cpp test-python demo testdata clean sanitize sanitize-build fuzz soak
 
 all: build
 
@@ -50,11 +50,50 @@ demo: build
 testdata: build
 	$(PY) tools/make_testdata.py
 
-# Address and undefined-behaviour sanitizer build of the C++ tests.
-sanitize: setup
-	$(CMAKE) -S . -B $(BUILD)-asan -G Ninja -DFXREMAT_PYTHON=$(abspath $(PY)) -DFXREMAT_SANITIZE=address,undefined -DFXREMAT_BUILD_PYTHON=OFF
-	$(CMAKE) --build $(BUILD)-asan -j $(JOBS) --target fxremat_core_tests
-	$(BUILD)-asan/tests/fxremat_core_tests
+# One clang build with AddressSanitizer + UndefinedBehaviorSanitizer in $(BUILD)-asan,
+# for .ci/run (tools/setup.sh installs clang and libclang-rt-14-dev):
+#   make sanitize  the C++ unit and golden tests (fxremat_core_tests) and the
+#                  bad-input tests of the CLI; any sanitizer report fails them
+#   make fuzz      the libFuzzer target for the readers (JSON graphs, IR text,
+#                  policy files, signatures) for FUZZ_SECONDS, on a seed corpus of
+#                  testdata/, tests/bad_inputs/ and structural mutations
+#                  (tests/fuzz/make_corpus.py); a crash leaves its input in
+#                  $(BUILD)-asan/fuzz-crashes/ (keep it in tests/bad_inputs/)
+# Everything is instrumented for libFuzzer too (-fsanitize=fuzzer-no-link), so one
+# build serves both. Kept cheap: -O1 with line tables only, no libtorch (the CLI loads it
+# as a plugin; the bad inputs needing it run in the normal build), no Python
+# extension, no benchmarks, only the three targets.
+ASAN_BUILD   := $(BUILD)-asan
+SAN_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+FUZZ_SECONDS ?= 60
+
+$(ASAN_BUILD)/build.ninja: CMakeLists.txt tests/CMakeLists.txt | setup
+	$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None \
+	  -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only -fsanitize=fuzzer-no-link" -DFXREMAT_SANITIZE=address,undefined \
+	  -DFXREMAT_PYTHON=$(abspath $(PY)) -DFXREMAT_WITH_TORCH=OFF -DFXREMAT_BUILD_PYTHON=OFF \
+	  -DFXREMAT_BUILD_BENCH=OFF -DFXREMAT_BUILD_FUZZ=ON
+
+sanitize-build: setup $(ASAN_BUILD)/build.ninja
+	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS) --target fxremat_core_tests fxremat fxremat_fuzz_loader
+
+sanitize: sanitize-build
+	cd $(ASAN_BUILD) && $(SAN_ENV) ../$(CMAKE) -E env ctest --output-on-failure -j $(JOBS) \
+	  -R '^(core_tests|cli_bad_inputs|cli_bad_inputs_large)$$'
+
+fuzz: sanitize-build
+	rm -rf $(ASAN_BUILD)/fuzz-seeds $(ASAN_BUILD)/fuzz-corpus && mkdir -p $(ASAN_BUILD)/fuzz-corpus $(ASAN_BUILD)/fuzz-crashes
+	$(PY) tests/fuzz/make_corpus.py $(ASAN_BUILD)/fuzz-seeds
+	$(SAN_ENV) $(ASAN_BUILD)/tests/fxremat_fuzz_loader -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=20 \
+	  -rss_limit_mb=2048 -seed=1 -print_final_stats=1 -dict=tests/fuzz/fxremat.dict \
+	  -artifact_prefix=$(ASAN_BUILD)/fuzz-crashes/ $(ASAN_BUILD)/fuzz-corpus $(ASAN_BUILD)/fuzz-seeds
+
+# The soak of random programs (tests/python/test_soak.py): SOAK_PROGRAMS programs
+# (make test runs 200 of at most 6 ops), each partitioned every way and verified
+# numerically. About a second per program at SOAK_MAX_OPS=6.
+SOAK_PROGRAMS ?= 2000
+SOAK_MAX_OPS  ?= 12
+soak: build
+	SOAK_PROGRAMS=$(SOAK_PROGRAMS) SOAK_MAX_OPS=$(SOAK_MAX_OPS) $(PY) -m pytest -q -p no:logging -rxf tests/python/test_soak.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

@@ -153,6 +153,9 @@ Status GraphReader::ReadOps(const json& ops) {
       if (!facts["tags"].is_array()) return Fail(path + "/tags", "expected an array of strings");
       for (const json& t : facts["tags"]) {
         if (!t.is_string()) return Fail(path + "/tags", "expected an array of strings");
+        // torch.Tag names; the text form writes them bare (found by the fuzzer)
+        if (!IsPythonIdentifier(t.get<std::string>()))
+          return Fail(path + "/tags", fmt::format("tag '{}' is not an identifier", t.get<std::string>()));
         tags.push_back(t.get<std::string>());
       }
     }
@@ -161,6 +164,9 @@ Status GraphReader::ReadOps(const json& ops) {
       if (!facts["packet_tags"].is_array()) return Fail(path + "/packet_tags", "expected an array of strings");
       for (const json& t : facts["packet_tags"]) {
         if (!t.is_string()) return Fail(path + "/packet_tags", "expected an array of strings");
+        // torch.Tag names; the text form writes them bare (found by the fuzzer)
+        if (!IsPythonIdentifier(t.get<std::string>()))
+          return Fail(path + "/packet_tags", fmt::format("tag '{}' is not an identifier", t.get<std::string>()));
         packet_tags.push_back(t.get<std::string>());
       }
     }
