@@ -514,7 +514,10 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
   if (name == "max_dist_from_bw") {
     char* end = nullptr;
     double v = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0') return Status::BadInput(fmt::format("option {} takes a number, not '{}'", name, value));
+    // Beyond int64 (or nan) the cast would be undefined; any distance above
+    // the graph's size means "no limit" anyway.
+    if (value.empty() || *end != '\0' || !(v >= -9.2e18 && v <= 9.2e18))
+      return Status::BadInput(fmt::format("option {} takes a number of nodes, not '{}'", name, value));
     options.max_dist_from_bw = static_cast<int64_t>(v);
     return Status::Ok();
   }
@@ -595,8 +598,11 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& op
       seen[n->index()] = true;
       // A getitem of a multi-output op that reads overwritten data (BatchNorm's
       // results) carries the same data: it is saved; the tuple itself never is.
-      const bool marked = !n->meta().reads_mutated.empty() ||
-                          (n->isGetItem() && !n->inputs().empty() && !n->inputs()[0]->meta().reads_mutated.empty());
+      // Random ops are never replayed (they would draw again): their results
+      // are saved too -- where PyTorch would functionalize the RNG instead.
+      const Node* tuple = n->isGetItem() && !n->inputs().empty() ? n->inputs()[0] : nullptr;
+      const bool marked = !n->meta().reads_mutated.empty() || (tuple && !tuple->meta().reads_mutated.empty()) ||
+                          IsRandomOp(*n) || (tuple && IsRandomOp(*tuple));
       if (marked && n->val().is_tensor()) { extra[n->index()] = true; continue; }
       for (const Node* in : n->inputs()) stack.push_back(in);
     }
@@ -622,8 +628,42 @@ void MarkOffloaded(Partition& p) {
 }  // namespace
 
 // Partitions `g`, which the preparation stages already ran on.
-Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& options) {
+Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassification& c, MinCutOptions options) {
+  // Note [Region budgets]: in increasing precedence, the option (or ambient
+  // config), the first node's legacy memory_budget, the region budget.
+  for (const auto& up : g.nodes())
+    if (up->meta().memory_budget) {
+      options.activation_memory_budget = *up->meta().memory_budget;
+      break;
+    }
+  std::set<double> budgets;
+  std::vector<std::string> unannotated;
+  for (const auto& up : g.nodes()) {
+    if (up->meta().region_memory_budget) budgets.insert(*up->meta().region_memory_budget);
+    else if (up->isCallFunction() && c.required_by_forward[up->index()]) unannotated.push_back(up->name());
+  }
+  if (budgets.size() > 1)
+    return Status::BadInput(fmt::format(
+        "torch.autograd.graph.region_activation_memory_budget: conflicting budgets within a single joint graph: "
+        "[{}]. Use a graph break to separate regions that need different budgets.", fmt::join(budgets, ", ")));
+  if (!budgets.empty()) {
+    if (!unannotated.empty())
+      return Status::BadInput(fmt::format(
+          "torch.autograd.graph.region_activation_memory_budget: must cover the entire forward of a graph, but {} "
+          "forward op(s) are unannotated. Wrap the whole forward in a single region; use a graph break to scope "
+          "different budgets to different graphs. Unannotated ops: [{}].",
+          unannotated.size(), fmt::join(unannotated, ", ")));
+    options.activation_memory_budget = *budgets.begin();
+  }
+  if (options.activation_memory_budget < 0 || options.activation_memory_budget > 1)
+    return Status::BadInput(fmt::format("memory budget {} (a node's memory_budget) is outside [0, 1]",
+                                        options.activation_memory_budget));
+  return options;
+}
+
+Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_options) {
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(g));
+  FXREMAT_ASSIGN_OR_RETURN(const MinCutOptions options, ResolveRegionBudget(g, c, given_options));
   bool any_required_bw = false;
   for (size_t i = 0; i < g.size() && !any_required_bw; ++i) any_required_bw = c.in_tangents_closure[i];
   for (Node* o : c.backward_outputs) any_required_bw = any_required_bw || o != nullptr;

@@ -30,6 +30,18 @@ struct MinCutSolution {
 // reason on each edge.
 Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& options);
 
+// Note [Region budgets]
+// A joint graph may carry its own budget, as PyTorch's min cut reads it (torch
+// 2.13), in increasing precedence over activation_memory_budget: the first
+// node's legacy meta["memory_budget"] (MemoryBudgetMode), then the budget of
+// torch.autograd.graph.region_activation_memory_budget on the nodes. All
+// annotated nodes must agree, and the annotation must cover every forward op
+// (call_function nodes the forward outputs need); otherwise bad input with
+// PyTorch's message. The result is the fraction of Note [Peak budget];
+// memory_budget_bytes, when given, still takes precedence over it.
+Expected<MinCutOptions> ResolveRegionBudget(const Graph& prepared, const JointClassification& c,
+                                            MinCutOptions options);
+
 // The cut of a graph the min cut's preparation stages already ran on
 // (RunMinCutStages, pipeline.h): the solve and the extraction. Falls back to
 // the default partition when nothing depends on a tangent, as the reference.

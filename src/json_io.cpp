@@ -479,6 +479,13 @@ Status GraphReader::ReadMeta(const json& j, const std::string& path, Node* node)
     if (!j["has_backward_hook"].is_boolean()) return Fail(path + "/has_backward_hook", "expected a boolean");
     meta.has_backward_hook = j["has_backward_hook"].get<bool>();
   }
+  for (const auto& [key, field] : {std::pair{"memory_budget", &NodeMeta::memory_budget},
+                                   std::pair{"region_memory_budget", &NodeMeta::region_memory_budget}}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_number() || !std::isfinite(j[key].get<double>()))
+      return Fail(path + "/" + key, "expected a number");
+    meta.*field = j[key].get<double>();
+  }
   if (j.contains("written_back_from") && !j["written_back_from"].is_null()) {
     if (!j["written_back_from"].is_number_integer() || j["written_back_from"].get<int64_t>() < 0)
       return Fail(path + "/written_back_from", "expected a forward output index");
@@ -946,6 +953,8 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string
     if (m.no_vc_check) meta["saved_tensor_with_no_vc_check"] = true;
     if (m.has_backward_hook) meta["has_backward_hook"] = true;
     if (m.written_back_from) meta["written_back_from"] = *m.written_back_from;
+    if (m.memory_budget) meta["memory_budget"] = *m.memory_budget;
+    if (m.region_memory_budget) meta["region_memory_budget"] = *m.region_memory_budget;
     if (!meta.empty()) j["meta"] = meta;
     nodes.push_back(std::move(j));
   }

@@ -395,6 +395,13 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
     else if (key == "written_back_from") { FXREMAT_ASSIGN_OR_RETURN(int64_t k, lex.ExpectInt()); meta.written_back_from = k; }
     else if (key == "reads_mutated") { FXREMAT_ASSIGN_OR_RETURN(meta.reads_mutated, lex.ExpectIdent()); }
     else if (key == "ac_graph_id") { FXREMAT_ASSIGN_OR_RETURN(int64_t id, lex.ExpectInt()); meta.ac_graph_id = id; }
+    else if (key == "memory_budget" || key == "region_memory_budget") {
+      const Token tok = lex.peek();
+      if (tok.kind != Tok::kFloat && tok.kind != Tok::kInt) return lex.Error(tok.col, fmt::format("{} takes a number", key));
+      FXREMAT_RETURN_IF_ERROR(lex.Advance());
+      const double v = tok.kind == Tok::kFloat ? tok.double_value : static_cast<double>(tok.int_value);
+      (key == "memory_budget" ? meta.memory_budget : meta.region_memory_budget) = v;
+    }
     else if (key == "stack") { FXREMAT_ASSIGN_OR_RETURN(meta.stack_trace, lex.ExpectString()); }
     else if (key == "names") {
       FXREMAT_RETURN_IF_ERROR(lex.Expect("["));

@@ -112,6 +112,9 @@ std::string FormatMeta(const NodeMeta& m) {
   if (m.has_backward_hook) parts.push_back("has_backward_hook");
   if (m.written_back_from) parts.push_back(fmt::format("written_back_from={}", *m.written_back_from));
   if (!m.reads_mutated.empty()) parts.push_back("reads_mutated=" + m.reads_mutated);
+  // {:?}-free shortest round-trip form: fmt's default for double.
+  if (m.memory_budget) parts.push_back(fmt::format("memory_budget={}", *m.memory_budget));
+  if (m.region_memory_budget) parts.push_back(fmt::format("region_memory_budget={}", *m.region_memory_budget));
   if (!m.stack_trace.empty()) parts.push_back("stack=" + text_form::QuotePython(m.stack_trace));
   return fmt::format("{}", fmt::join(parts, " "));
 }

@@ -204,6 +204,13 @@ struct NodeMeta {
   // Dynamo's meta["has_backward_hook"]: a tensor hook runs on this value's
   // gradient (cleanup_recompute_tags saves such a region output).
   bool has_backward_hook = false;
+  // Note [Region budgets] (passes/budget_partition.h): PyTorch's legacy
+  // meta["memory_budget"] (MemoryBudgetMode) and the budget of
+  // torch.autograd.graph.region_activation_memory_budget, read off
+  // meta["custom"]["_region_activation_memory_budget"]. Format keys
+  // `memory_budget` and `region_memory_budget`.
+  std::optional<double> memory_budget;
+  std::optional<double> region_memory_budget;
   bool operator==(const NodeMeta&) const = default;
 };
 

@@ -612,6 +612,13 @@ def _encode_meta(enc: _Encoder, node: fx.Node, where: str, val: Any = None) -> d
         out["saved_tensor_with_no_vc_check"] = True
     if meta.get("has_backward_hook"):
         out["has_backward_hook"] = True
+    # Note [Region budgets]: PyTorch's legacy MemoryBudgetMode marker (a float, as
+    # PyTorch reads it) and region_activation_memory_budget's annotation.
+    if isinstance(meta.get("memory_budget"), float):
+        out["memory_budget"] = float(meta["memory_budget"])
+    custom = meta.get("custom")
+    if isinstance(custom, dict) and custom.get(_REGION_BUDGET_KEY) is not None:
+        out["region_memory_budget"] = float(custom[_REGION_BUDGET_KEY])
     return out
 
 
@@ -803,6 +810,9 @@ def _constant_root(constants: dict[str, Any]) -> torch.nn.Module:
     return root
 
 
+# torch.fx.traceback.MEMORY_BUDGET_ANNOTATION_KEY (torch 2.13).
+_REGION_BUDGET_KEY = "_region_activation_memory_budget"
+
 # Boolean node flags of the format: JSON meta key -> FX node.meta key.
 _FLAG_META = {
     "saved_tensor_with_no_vc_check": "saved_tensor_with_no_vc_check",
@@ -989,14 +999,22 @@ class _Decoder:
         _expect(isinstance(v, dict) and isinstance(v.get("kind"), str), where, f"value facts must be an object with a kind, got {v!r}")
         k = v["kind"]
         if k == "tensor":
-            for key in ("dtype", "shape", "stride", "device"):
+            for key in ("dtype", "shape", "device"):
                 _expect(key in v, where, f"tensor facts lack {key!r}")
             dtype = getattr(torch, v["dtype"], None) if isinstance(v["dtype"], str) else None
             _expect(isinstance(dtype, torch.dtype), where, f"unknown dtype {v['dtype']!r}")
-            _expect(isinstance(v["shape"], list) and isinstance(v["stride"], list) and len(v["shape"]) == len(v["stride"]),
+            # "stride" may be absent (unknown strides, as the C++ writer leaves them):
+            # contiguous, as the C++ reader takes them.
+            _expect(isinstance(v["shape"], list) and (
+                "stride" not in v or (isinstance(v["stride"], list) and len(v["shape"]) == len(v["stride"]))),
                     where, "shape and stride must be lists of the same length")
             shape = [self.dim(d, f"{where}.shape[{i}]") for i, d in enumerate(v["shape"])]
-            stride = [self.dim(d, f"{where}.stride[{i}]") for i, d in enumerate(v["stride"])]
+            if "stride" in v:
+                stride = [self.dim(d, f"{where}.stride[{i}]") for i, d in enumerate(v["stride"])]
+            else:
+                from torch._prims_common import make_contiguous_strides_for
+
+                stride = list(make_contiguous_strides_for(shape)) if shape else []
             try:
                 device = torch.device(v["device"])
             except (RuntimeError, TypeError):
@@ -1192,6 +1210,14 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
                 _expect(isinstance(rc, str) and rc in CheckpointPolicy.__members__, f"{where}.meta.recompute",
                         f"unknown policy {rc!r}")
                 node.meta["recompute"] = CheckpointPolicy[rc]
+            for key in ("memory_budget", "region_memory_budget"):
+                if meta_j.get(key) is not None:
+                    _expect(isinstance(meta_j[key], (int, float)) and not isinstance(meta_j[key], bool),
+                            f"{where}.meta.{key}", "expected a number")
+            if meta_j.get("memory_budget") is not None:
+                node.meta["memory_budget"] = float(meta_j["memory_budget"])
+            if meta_j.get("region_memory_budget") is not None:
+                node.meta.setdefault("custom", {})[_REGION_BUDGET_KEY] = float(meta_j["region_memory_budget"])
             if meta_j.get("ac_graph_id") is not None:
                 _expect(_is_int(meta_j["ac_graph_id"]), f"{where}.meta.ac_graph_id", "expected an integer")
                 node.meta["ac_graph_id"] = meta_j["ac_graph_id"]

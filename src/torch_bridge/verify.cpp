@@ -561,6 +561,18 @@ class Interpreter {
       if (!v.value().isTensor()) return Status::BadInput("'" + target + "' takes a tensor", Where(node));
       return IValue(v.value().toTensor().clone());
     }
+    // prims.device_put (passes/emit_offload's torch target) is registered by
+    // Python's torch._prims, not in libtorch: it is Tensor.to(device).
+    if (target == "prims.device_put.default") {
+      if (node.args().size() != 2) return Status::BadInput("'" + target + "' takes a tensor and a device", Where(node));
+      Expected<IValue> v = Raw(node.args()[0], node);
+      if (!v.ok()) return v.status();
+      Expected<IValue> d = Raw(node.args()[1], node);
+      if (!d.ok()) return d.status();
+      if (!v.value().isTensor() || !d.value().isDevice())
+        return Status::BadInput("'" + target + "' takes a tensor and a device", Where(node));
+      return IValue(v.value().toTensor().to(d.value().toDevice()));
+    }
     if (target == "xla.optimization_barrier.default") {
       if (node.args().size() != 1) return Status::BadInput("'" + target + "' takes one list", Where(node));
       return Raw(node.args()[0], node);

@@ -134,12 +134,10 @@ def _random_ops(doc: dict) -> list[str]:
     return [n["name"] for n in doc["nodes"] if n["op"] == "call_function" and n["target"] in random_targets]
 
 
-# Known partitioner bug (passes/min_cut_partition.cpp, SolveMinCut): at
-# activation_memory_budget=0.0 with budget_objective=saved (functorch's rule) only
-# the primals are saved, so a random op (dropout) is recomputed in the backward and
-# draws a new mask: wrong gradients. Reported, not fixed here; while it stands such
-# a program is an expected failure (xfail), every other request of the program
-# still being checked.
+# activation_memory_budget=0.0 with budget_objective=saved (functorch's rule: save the
+# primals) once recomputed random ops (dropout drew a new mask: wrong gradients); the
+# soak found it, SolveMinCut now saves random ops' results there too, and this
+# request is checked like every other.
 BUDGET0_RANDOM = "mincut budget 0.0 saved"
 
 
@@ -234,9 +232,6 @@ def soak_one(seed: int, max_ops: int | None = MAX_OPS) -> dict:
         except ValueError as e:
             raise AssertionError(f"{what}: the partitioner refused a valid program: {e}") from e
         recomputed = _random_ops(bw)
-        if recomputed and label == BUDGET0_RANDOM:
-            known.append(f"{what}: the backward recomputes the random op(s) {recomputed}")
-            continue
         # The partitioners never recompute a random op (it would draw again).
         assert not recomputed, f"{what}: the backward recomputes the random op(s) {recomputed}"
         key = _wiring(fw, bw, sig)
