@@ -44,7 +44,7 @@ printf "   %-36s %s\n" "policy" "residuals"
 for policy in "(none: the min cut alone)" nothing_saveable dots_with_no_batch_dims_saveable dots_saveable \
               everything_saveable offload_dot_with_no_batch_dims; do
   if [ "${policy:0:1}" = "(" ]; then args=(); else args=(--policy "$policy"); fi
-  printf "   %-36s %s\n" "$policy" "$($FX residuals "$G" "${args[@]}" | tail -n 1)"
+  printf "   %-36s %s\n" "$policy" "$($FX residuals "$G" "${args[@]}" | grep " residuals: ")"
 done
 echo "   offload_dot_with_no_batch_dims, verified with the host copies (fxremat verify):"
 $FX partition "$G" --policy offload_dot_with_no_batch_dims -o "$OUT/gpt2_2l_offload" > /dev/null
@@ -52,3 +52,14 @@ $FX verify "$G" "$OUT/gpt2_2l_offload" | tail -n 1 | sed 's/^/   /'
 echo
 echo "== 8. Named values from Python: seed 003's program with fxremat.checkpoint_name =="
 .venv/bin/python tools/demo_policies.py
+echo
+echo "== 9. A memory budget on the step's peak (transformers Llama, 4 layers; docs/budget.md) =="
+L=testdata/budget/llama_4l.json.gz
+peak() { grep "step peak" | sed 's/^step peak (simulated): //'; }
+echo "   min cut:                              $($FX partition "$L" | peak)"
+echo "   the model's own per-layer checkpointing: $($FX partition testdata/budget/llama_4l_ckpt.json.gz | peak)"
+echo "   PyTorch's meaning of budget 0 (save only the inputs): $($FX partition "$L" --config activation_memory_budget=0 --config budget_objective=saved | peak)"
+echo "   fxremat budget 0 (the smallest peak):  $($FX partition "$L" --config activation_memory_budget=0 -o "$OUT/llama_budget0" | peak)"
+$FX verify "$L" "$OUT/llama_budget0" | tail -n 1 | sed 's/^/   /'
+echo "   the front (fxremat pareto --points 5; also $OUT/front.svg):"
+$FX pareto "$L" --points 5 --plot "$OUT/front.svg" | grep -E "^point|^budget|^min cut|^inputs only" | sed 's/^/   /'
