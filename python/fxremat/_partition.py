@@ -50,12 +50,18 @@ class Partition:
 
         Returns ``(forward_outputs, gradients)``.
         """
-        sig = self.signature
         fw_out = list(self.forward(*primals))
+        grads = list(self.backward(*self.backward_inputs(primals, fw_out, tangents)))
+        return fw_out[: self.signature["num_fwd_outputs"]], grads
+
+    def backward_inputs(self, primals: Sequence[Any], fw_out: Sequence[Any], tangents: Sequence[Any]) -> list:
+        """The backward's arguments after the forward returned ``fw_out``: the saved
+        values and ``tangents`` at the signature's positions. First writes mutated
+        inputs back into ``primals``, as AOTAutograd's epilogue does before the backward
+        runs (Note [Mutated inputs] in passes/protect_mutations.h)."""
+        sig = self.signature
         if len(fw_out) != sig["forward"]["num_outputs"]:
             raise ValueError(f"forward returned {len(fw_out)} values, signature says {sig['forward']['num_outputs']}")
-        # AOTAutograd's epilogue writes mutated inputs back before the backward runs
-        # (Note [Mutated inputs] in passes/protect_mutations.h).
         import torch
 
         with torch.no_grad():
@@ -70,8 +76,7 @@ class Partition:
             raise ValueError(f"{len(tangents)} tangents given, signature has {len(sig['tangents'])}")
         for t, value in zip(sig["tangents"], tangents):
             bw_in[t["backward_input_index"]] = value
-        grads = list(self.backward(*bw_in))
-        return fw_out[: sig["num_fwd_outputs"]], grads
+        return bw_in
 
 
 def _document(joint: Any) -> dict:

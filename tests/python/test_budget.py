@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import fxremat
-from fxremat.testing.memory import example_inputs, measure_peak
+from fxremat.testing.memory import example_inputs, measure_peak, pytorch_partition
 from fxremat.testing.verify import tolerance
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,39 +66,14 @@ def test_budget_zero_matches_per_layer_checkpointing_without_annotations():
     """The model's own per-layer checkpointing (PyTorch's min cut of the checkpointed
     graph, what torch.compile runs for it) against fxremat at budget 0 on the plain
     graph: no higher measured peak; and both below PyTorch's own budget 0."""
-    from torch._functorch import config as fconfig
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
     joint = fxremat.load(LLAMA)
     primals, tangents = example_inputs(joint)
     ours = fxremat.partition(joint, options={"activation_memory_budget": 0.0})
     ours_peak = measure_peak(ours, primals, tangents).peak_bytes
-
-    def pytorch(gm, fraction):
-        nfo = gm.meta["fxremat"]["num_fwd_outputs"]
-        from torch._guards import TracingContext, tracing
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        # The checkpointed graph makes PyTorch functionalize the RNG of recomputed
-        # random ops, which needs the fake mode torch.compile would have active.
-        with fconfig.patch(activation_memory_budget=fraction), tracing(TracingContext(FakeTensorMode())):
-            fw, bw = min_cut_rematerialization_partition(copy.deepcopy(gm), None, num_fwd_outputs=nfo)
-        saved = fw.graph.output_node().args[0][nfo:]
-        tensors = [n for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
-        syms = [n for n in saved if n not in tensors]
-        bw_order = syms + tensors
-        ntan = len(gm.meta["fxremat"]["tangent_outputs"])
-        sig = {"num_fwd_outputs": nfo, "forward": {"num_outputs": nfo + len(saved)},
-               "backward": {"num_inputs": len(saved) + ntan}, "primals": [],
-               "saved": [{"forward_output_index": nfo + i, "backward_input_index": bw_order.index(n)}
-                         for i, n in enumerate(saved)],
-               "tangents": [{"backward_input_index": len(saved) + i} for i in range(ntan)]}
-        return fxremat.Partition(fw, bw, sig)
-
     ckpt = fxremat.load(LLAMA_CKPT)
     cp, ct = example_inputs(ckpt)
-    ckpt_peak = measure_peak(pytorch(ckpt, 1.0), cp, ct).peak_bytes
-    theirs_zero = measure_peak(pytorch(joint, 0.0), primals, tangents).peak_bytes
+    ckpt_peak = measure_peak(pytorch_partition(ckpt, 1.0), cp, ct).peak_bytes
+    theirs_zero = measure_peak(pytorch_partition(joint, 0.0), primals, tangents).peak_bytes
     mincut = measure_peak(fxremat.partition(joint), primals, tangents).peak_bytes
     assert ours_peak <= ckpt_peak < mincut, (ours_peak, ckpt_peak, mincut)
     assert ours_peak < theirs_zero, (ours_peak, theirs_zero)

@@ -43,7 +43,6 @@ import torch
 import torch.fx as fx
 
 import fxremat
-from fxremat._format import derive_role
 from fxremat.testing import random_programs, verify
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
@@ -95,75 +94,32 @@ def _facts(gm: fx.GraphModule) -> dict:
     return gm.meta["fxremat"]
 
 
-def _placeholders(gm: fx.GraphModule, role: str) -> list[fx.Node]:
-    return [n for n in gm.graph.nodes
-            if n.op == "placeholder" and (n.meta.get("fxremat_role") or derive_role(n.name, "joint")) == role]
-
-
 def static_lifetime_indices(gm: fx.GraphModule) -> list[int]:
     """fxremat's default: the primals that are parameters or buffers."""
     paths = _facts(gm)["input_paths"]
     return [i for i, p in enumerate(paths) if p and (p.startswith("params[") or p.startswith("buffers["))]
 
 
-def random_primals(gm: fx.GraphModule, seed: int = INPUT_SEED) -> list[Any]:
-    """Seeded primals by their value facts: floats standard normal, integers where the
-    graph can take them (``verify.integer_input_ranges``: the recorded value_range
-    narrowed to valid indices; else {0, 1}), with the recorded strides."""
-    gen = torch.Generator().manual_seed(seed)
-    ranges = verify.integer_input_ranges(gm)
-    out: list[Any] = []
-    for n in _placeholders(gm, "primal"):
-        v = n.meta["val"]
-        if not isinstance(v, torch.Tensor):
-            out.append(int(v))
-            continue
-        shape = tuple(int(s) for s in v.shape)
-        if v.dtype.is_floating_point or v.dtype.is_complex:
-            t = torch.randn(shape, generator=gen, dtype=torch.float64).to(v.dtype)
-        elif v.dtype == torch.bool:
-            t = torch.randint(0, 2, shape, generator=gen).bool()
-        else:
-            lo, hi = ranges.get(n.name, (0, 0))
-            if hi <= lo:
-                lo, hi = 0, 2
-            t = torch.randint(int(lo), int(hi), shape, generator=gen, dtype=v.dtype)
-        strided = torch.empty_strided(shape, tuple(int(s) for s in v.stride()), dtype=v.dtype)
-        out.append(strided.copy_(t))
-    return out
-
-
 def _run_joint(path: Path) -> tuple[dict[str, Any], dict[str, Any], list]:
     """Seeded inputs and the joint graph's outputs on them (RNG seeded with RNG_SEED):
     (primals by placeholder name, tangents by placeholder name, joint outputs)."""
     joint = fxremat.load(path)
-    primals = random_primals(joint)
+    primals = verify.random_primals(joint, seed=INPUT_SEED)
     tangents = verify.random_tangents(joint, seed=INPUT_SEED + 1)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(RNG_SEED)
         want = list(joint(*primals, *tangents))
-    return (dict(zip((n.name for n in _placeholders(joint, "primal")), primals)),
-            dict(zip((n.name for n in _placeholders(joint, "tangent")), tangents)), want)
-
-
-def _assert_same(got: Any, want: Any, what: str) -> None:
-    if want is None:
-        assert got is None, f"{what}: expected None, got a value"
-        return
-    assert got is not None, f"{what}: got None"
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{what}: got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}")
-    rtol, atol = verify.tolerance(want.dtype)
-    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+    return (dict(zip((n.name for n in verify.placeholders_of(joint, "primal")), primals)),
+            dict(zip((n.name for n in verify.placeholders_of(joint, "tangent")), tangents)), want)
 
 
 def _compare(name: str, nfo: int, outs: list, grads: list, want: list) -> None:
     assert len(outs) == nfo, f"{name}: {len(outs)} forward outputs, joint graph has {nfo}"
     assert len(grads) == len(want) - nfo, f"{name}: {len(grads)} gradients, joint graph has {len(want) - nfo}"
     for i, (g, w) in enumerate(zip(outs, want[:nfo])):
-        _assert_same(g, w, f"{name}: forward output {i}")
+        verify.assert_same(g, w, f"{name}: forward output {i}")
     for i, (g, w) in enumerate(zip(grads, want[nfo:])):
-        _assert_same(g, w, f"{name}: gradient {i}")
+        verify.assert_same(g, w, f"{name}: gradient {i}")
 
 
 def _random_ops(gm: fx.GraphModule) -> list[str]:

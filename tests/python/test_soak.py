@@ -40,7 +40,6 @@ import pytest
 import torch
 
 from fxremat import policies as P
-from fxremat._format import derive_role
 from fxremat._partition import PipelineRequest, partition_document
 from fxremat.testing import random_programs, verify
 
@@ -100,15 +99,7 @@ def _named(doc: dict) -> tuple[dict, list[str], list[str]]:
 
 def _inputs(gm: torch.fx.GraphModule, seed: int) -> tuple[list, list]:
     """Seeded primals (standard normal, by their value facts) and tangents."""
-    gen = torch.Generator().manual_seed(seed)
-    primals = []
-    for n in gm.graph.nodes:
-        if n.op != "placeholder" or (n.meta.get("fxremat_role") or derive_role(n.name, "joint")) != "primal":
-            continue
-        v = n.meta["val"]
-        t = torch.randn(tuple(v.shape), generator=gen, dtype=torch.float64).to(v.dtype)
-        primals.append(torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype).copy_(t))
-    return primals, verify.random_tangents(gm, seed=seed + 1)
+    return verify.random_primals(gm, seed=seed), verify.random_tangents(gm, seed=seed + 1)
 
 
 def _program(doc: dict) -> list:
@@ -194,17 +185,6 @@ def run_partition(fw: dict, bw: dict, sig: dict, primals: list, tangents: list) 
     return fw_out[:sig["num_fwd_outputs"]], run_document(bw, bw_in)
 
 
-def _close(what: str, got, want) -> None:
-    if want is None:
-        assert got is None, f"{what}: expected None, got a value"
-        return
-    assert got is not None, f"{what}: got None"
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{what}: got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}")
-    rtol, atol = verify.tolerance(want.dtype)
-    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
-
-
 def soak_one(seed: int, max_ops: int | None = MAX_OPS) -> dict:
     """Partitions program ``seed`` every way and verifies each distinct partition;
     returns counts. Raises AssertionError (naming the seed and the request) on failure."""
@@ -244,9 +224,9 @@ def soak_one(seed: int, max_ops: int | None = MAX_OPS) -> dict:
             outs, grads = run_partition(fw, bw, sig, [p.clone() for p in primals], tangents)
         assert len(outs) == nfo and len(grads) == len(want) - nfo, f"{what}: {len(outs)} outputs, {len(grads)} grads"
         for i, (g, w) in enumerate(zip(outs, want[:nfo])):
-            _close(f"{what}: forward output {i}", g, w)
+            verify.assert_same(g, w, f"{what}: forward output {i}")
         for i, (g, w) in enumerate(zip(grads, want[nfo:])):
-            _close(f"{what}: gradient {i}", g, w)
+            verify.assert_same(g, w, f"{what}: gradient {i}")
     return {"programs": 1, "partitions": len(requests), "distinct": len(seen), "known": known}
 
 

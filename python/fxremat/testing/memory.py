@@ -114,18 +114,12 @@ def measure_peak(partition: Any, primals: Sequence[Any], tangents: Sequence[Any]
     with torch.no_grad(), counter:
         fw_out = fw(list(primals))
         forward_peak = counter.peak
-        for p in sig["primals"]:
-            k = p.get("written_back_from")
-            if k is not None:
-                primals[p["forward_input_index"]].copy_(fw_out[k])
-        bw_in: list[Any] = [None] * sig["backward"]["num_inputs"]
-        for s in sig["saved"]:
-            bw_in[s["backward_input_index"]] = fw_out[s["forward_output_index"]]
-        user_outputs = fw_out[: sig["num_fwd_outputs"]]
-        del fw_out
         live_after_forward = counter.live
-        for t, value in zip(sig["tangents"], tangents):
-            bw_in[t["backward_input_index"]] = value.clone() if isinstance(value, torch.Tensor) else value
+        # The tangents arrive now, copied under the counter; only bw_in keeps them.
+        arriving = [t.clone() if isinstance(t, torch.Tensor) else t for t in tangents]
+        bw_in = partition.backward_inputs(primals, fw_out, arriving)
+        user_outputs = fw_out[: sig["num_fwd_outputs"]]
+        del fw_out, arriving
         grads = bw(bw_in)
         del bw_in
         peak = counter.peak
@@ -134,35 +128,44 @@ def measure_peak(partition: Any, primals: Sequence[Any], tangents: Sequence[Any]
 
 
 def example_inputs(joint: fx.GraphModule, seed: int = 0) -> tuple[list, list]:
-    """Seeded real inputs for a joint graph loaded by :func:`fxremat.load`: floats
-    standard normal, integers within the ranges ``fxremat verify`` draws from
-    (:func:`fxremat.testing.verify.integer_input_ranges`), SymInts at their hint.
-    Returns ``(primals, tangents)`` in placeholder order."""
-    from .._format import derive_role
-    from .verify import integer_input_ranges
+    """Seeded real inputs for a joint graph loaded by :func:`fxremat.load`:
+    ``(primals, tangents)`` as :func:`fxremat.testing.verify.random_primals` and
+    :func:`~fxremat.testing.verify.random_tangents` draw them."""
+    from .verify import random_primals, random_tangents
 
-    ranges = integer_input_ranges(joint)
-    gen = torch.Generator().manual_seed(seed)
-    primals, tangents = [], []
-    for node in joint.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            shape = [int(s) for s in val.shape]
-            if val.dtype.is_floating_point or val.dtype.is_complex:
-                value = torch.randn(shape, generator=gen, dtype=val.dtype)
-            elif val.dtype == torch.bool:
-                value = torch.randint(0, 2, shape, generator=gen).bool()
-            else:
-                lo, hi = ranges.get(node.name, (0, 0))
-                if hi <= lo:
-                    lo, hi = 0, 2
-                value = torch.randint(lo, hi, shape, generator=gen, dtype=val.dtype)
-        elif isinstance(val, torch.SymInt):
-            value = int(val.node.hint)
-        else:
-            value = val
-        role = node.meta.get("fxremat_role") or derive_role(node.name, "joint")
-        (tangents if role == "tangent" else primals).append(value)
-    return primals, tangents
+    return random_primals(joint, seed=seed), random_tangents(joint, seed=seed + 1)
+
+
+def pytorch_partition(joint: fx.GraphModule, fraction: float = 1.0,
+                      static_lifetime_input_indices: Sequence[int] | None = None) -> Any:
+    """PyTorch's ``min_cut_rematerialization_partition`` of (a copy of) ``joint`` at
+    ``torch._functorch.config.activation_memory_budget = fraction``, as a
+    :class:`fxremat.Partition` whose signature states AOTAutograd's positions
+    (forward: user outputs, saved tensors, saved symints; backward: saved symints,
+    saved tensors, tangents), so that :func:`measure_peak` and ``Partition.run``
+    take it like fxremat's own."""
+    from torch._functorch import config as fconfig
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .._partition import Partition
+
+    facts = joint.meta["fxremat"]
+    nfo = facts["num_fwd_outputs"]
+    # A checkpointed graph makes PyTorch functionalize the RNG of recomputed random
+    # ops, which needs the fake mode torch.compile has active.
+    with fconfig.patch(activation_memory_budget=fraction), tracing(TracingContext(FakeTensorMode())):
+        fw, bw = min_cut_rematerialization_partition(
+            copy.deepcopy(joint), None, num_fwd_outputs=nfo,
+            static_lifetime_input_indices=list(static_lifetime_input_indices or []))
+    saved = fw.graph.output_node().args[0][nfo:]
+    tensors = [n for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
+    bw_order = [n for n in saved if n not in tensors] + tensors
+    ntan = len(facts["tangent_outputs"])
+    sig = {"num_fwd_outputs": nfo, "forward": {"num_outputs": nfo + len(saved)},
+           "backward": {"num_inputs": len(saved) + ntan}, "primals": [],
+           "saved": [{"forward_output_index": nfo + i, "backward_input_index": bw_order.index(n)}
+                     for i, n in enumerate(saved)],
+           "tangents": [{"backward_input_index": len(saved) + i} for i in range(ntan)]}
+    return Partition(fw, bw, sig)

@@ -52,6 +52,56 @@ def _facts(gm: fx.GraphModule, facts: dict | None) -> dict:
     return facts
 
 
+def placeholders_of(gm: fx.GraphModule, role: str) -> list[fx.Node]:
+    """The placeholders of a joint graph with this role ("primal", "tangent"), in order."""
+    from .._format import derive_role
+
+    return [n for n in gm.graph.nodes
+            if n.op == "placeholder" and (n.meta.get("fxremat_role") or derive_role(n.name, "joint")) == role]
+
+
+def random_primals(gm: fx.GraphModule, seed: int = 0) -> list[Any]:
+    """Seeded primals by their value facts: floats standard normal, integers where the
+    graph can take them (:func:`integer_input_ranges`: the recorded value_range
+    narrowed to valid indices; else {0, 1}), with the recorded strides; SymInts at
+    their hint."""
+    gen = torch.Generator().manual_seed(seed)
+    ranges: dict | None = None  # read from the C++ library only when an integer input needs them
+    out: list[Any] = []
+    for n in placeholders_of(gm, "primal"):
+        v = n.meta["val"]
+        if not isinstance(v, torch.Tensor):
+            out.append(int(v.node.hint) if isinstance(v, torch.SymInt) else int(v))
+            continue
+        shape = tuple(int(s) for s in v.shape)
+        if v.dtype.is_floating_point or v.dtype.is_complex:
+            t = torch.randn(shape, generator=gen, dtype=torch.float64).to(v.dtype)
+        elif v.dtype == torch.bool:
+            t = torch.randint(0, 2, shape, generator=gen).bool()
+        else:
+            ranges = integer_input_ranges(gm) if ranges is None else ranges
+            lo, hi = ranges.get(n.name, (0, 0))
+            if hi <= lo:
+                lo, hi = 0, 2
+            t = torch.randint(int(lo), int(hi), shape, generator=gen, dtype=v.dtype)
+        strided = torch.empty_strided(shape, tuple(int(s) for s in v.stride()), dtype=v.dtype)
+        out.append(strided.copy_(t))
+    return out
+
+
+def assert_same(got: Any, want: Any, what: str) -> None:
+    """``got`` equals ``want`` (None, or a tensor of the same shape and dtype within the
+    dtype's tolerance); the assertion names ``what``."""
+    if want is None:
+        assert got is None, f"{what}: expected None, got a value"
+        return
+    assert got is not None, f"{what}: got None"
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{what}: got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}")
+    rtol, atol = tolerance(want.dtype)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
 def random_tangents(gm: fx.GraphModule, seed: int = 0) -> list[torch.Tensor]:
     """Seeded standard-normal tangents with the shapes/dtypes of the tangent placeholders."""
     from .._format import derive_role
