@@ -25,10 +25,7 @@ of the checkpointed model's joint graph (what torch.compile runs for it).
 from __future__ import annotations
 
 import argparse
-import copy
 import math
-import os
-import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +38,7 @@ import torch  # noqa: E402
 
 import fxremat  # noqa: E402
 from fxremat._format import to_json  # noqa: E402
+from fxremat.testing import memory  # noqa: E402
 from fxremat.testing.memory import example_inputs, measure_peak  # noqa: E402
 
 FRACTIONS = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
@@ -52,47 +50,20 @@ def static_indices(gm) -> list[int]:
 
 
 def pytorch_partition(gm, fraction: float):
-    """PyTorch's min cut at a budget fraction; returns (Partition-like, seconds)."""
-    from torch._functorch import config as fconfig
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
-    g = copy.deepcopy(gm)
-    nfo = gm.meta["fxremat"]["num_fwd_outputs"]
-    from torch._guards import TracingContext, tracing
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
+    """PyTorch's min cut at a budget fraction (fxremat.testing.memory.pytorch_partition),
+    with fxremat's default static inputs; returns (Partition, seconds)."""
     t0 = time.perf_counter()
-    # A checkpointed graph makes PyTorch functionalize the RNG of recomputed random
-    # ops, which needs the fake mode torch.compile has active.
-    with fconfig.patch(activation_memory_budget=fraction), tracing(TracingContext(FakeTensorMode())):
-        fw, bw = min_cut_rematerialization_partition(g, None, num_fwd_outputs=nfo,
-                                                     static_lifetime_input_indices=static_indices(gm))
-    seconds = time.perf_counter() - t0
-    outs = fw.graph.output_node().args[0]
-    saved = outs[nfo:]
-    tensors = [n for n in saved if isinstance(n.meta.get("val"), torch.Tensor)]
-    syms = [n for n in saved if not isinstance(n.meta.get("val"), torch.Tensor)]
-    # AOTAutograd's contract: fw -> user outputs, saved tensors, saved symints;
-    # bw <- saved symints, saved tensors, tangents.
-    order = tensors + syms
-    fw_index = {id(n): nfo + i for i, n in enumerate(saved)}
-    bw_order = syms + tensors
-    sig = {
-        "num_fwd_outputs": nfo,
-        "forward": {"num_outputs": len(outs)},
-        "backward": {"num_inputs": len(bw_order) + len(gm.meta["fxremat"]["tangent_outputs"])},
-        "primals": [],
-        "saved": [{"forward_output_index": fw_index[id(n)], "backward_input_index": bw_order.index(n)} for n in order],
-        "tangents": [{"backward_input_index": len(bw_order) + i}
-                     for i in range(len(gm.meta["fxremat"]["tangent_outputs"]))],
-    }
-    return fxremat.Partition(fw, bw, sig), seconds
+    part = memory.pytorch_partition(gm, fraction, static_indices(gm))
+    return part, time.perf_counter() - t0
 
 
-def cost_of(joint_doc: dict, bw) -> float:
+def cost_of(part) -> float:
+    """The partition's recompute cost: the ops its backward runs again (in the forward
+    too), priced as the solver prices them."""
     from fxremat._partition import _extension
 
-    return float(_extension().recompute_cost(joint_doc, to_json(bw, kind="backward", constants="reference")))
+    return float(_extension().recompute_cost(to_json(part.forward, kind="forward", constants="reference"),
+                                             to_json(part.backward, kind="backward", constants="reference")))
 
 
 def verify(part, joint, primals, tangents) -> bool:
@@ -145,7 +116,6 @@ def main() -> int:
     summary = []    # per graph
     for name, path, ckpt_path in corpus(args.quick):
         joint = fxremat.load(path)
-        joint_doc = to_json(joint, kind="joint", constants="reference")
         primals, tangents = example_inputs(joint)
         nodes = len(joint.graph.nodes)
         ckpt_peak = None
@@ -164,18 +134,18 @@ def main() -> int:
             ours_s = time.perf_counter() - t0
             m = measure_peak(ours, primals, tangents).peak_bytes
             ok = verify(ours, joint, primals, tangents)
-            ours_cost = cost_of(joint_doc, ours.backward)
+            ours_cost = cost_of(ours)
             theirs, pt_s = pytorch_partition(joint, f)
             if f == 0.5:
                 pt_half_s = pt_s
             tm = measure_peak(theirs, primals, tangents).peak_bytes
-            their_cost = cost_of(joint_doc, theirs.backward)
+            their_cost = cost_of(theirs)
             # fxremat asked for PyTorch's measured peak as a byte budget: its cost there.
             at_cost = None
             if f < 1.0:
                 try:
                     at = fxremat.partition(joint, options={"memory_budget_bytes": tm})
-                    at_cost = cost_of(joint_doc, at.backward)
+                    at_cost = cost_of(at)
                 except ValueError:
                     at_cost = math.inf  # PyTorch's peak is below the smallest fxremat reaches
             rows.append(dict(graph=name, nodes=nodes, f=f, model=ours.signature["peak"]["bytes"], ours=m,
