@@ -18,6 +18,18 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out" / "budget"
 
 
+def _ready(model_class, cfg, batch: int, seq: int, ckpt: bool):
+    """The model with seeded random weights in training mode (with its own per-layer
+    checkpointing when ``ckpt``), and a batch of token ids."""
+    torch.manual_seed(0)
+    model = model_class(cfg)
+    if ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+    return model, ids
+
+
 def _llama(layers: int, hidden: int, seq: int, batch: int, ckpt: bool):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -25,13 +37,7 @@ def _llama(layers: int, hidden: int, seq: int, batch: int, ckpt: bool):
                       num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
                       num_key_value_heads=max(1, hidden // 64), max_position_embeddings=seq,
                       attn_implementation="sdpa")
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg)
-    if ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
-    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
-    return model, ids
+    return _ready(LlamaForCausalLM, cfg, batch, seq, ckpt)
 
 
 def _gpt2(layers: int, hidden: int, seq: int, batch: int, ckpt: bool):
@@ -39,13 +45,7 @@ def _gpt2(layers: int, hidden: int, seq: int, batch: int, ckpt: bool):
 
     cfg = GPT2Config(vocab_size=1024, n_embd=hidden, n_layer=layers, n_head=max(1, hidden // 64), n_positions=seq,
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="sdpa")
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(cfg)
-    if ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
-    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
-    return model, ids
+    return _ready(GPT2LMHeadModel, cfg, batch, seq, ckpt)
 
 
 class _LossStep(torch.nn.Module):
