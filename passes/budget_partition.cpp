@@ -170,7 +170,8 @@ class BudgetSolver {
     frontier_.assign(k, 0);
     int64_t running = 0;
     for (size_t i = 0; i < k; ++i) frontier_[i] = running += delta[i];
-    // Values that may never be recomputed in the backward, and never saved.
+    // Values that may never be recomputed in the backward: always saved.
+    is_forced_.assign(n, false);
     for (const auto& up : g_.nodes()) {
       const Node* node = up.get();
       if (!node->isCallFunction() || c_.in_tangents_closure[node->index()]) continue;
@@ -179,7 +180,7 @@ class BudgetSolver {
       const bool forced = IsRandomOp(*node) || (tuple && IsRandomOp(*tuple)) || !node->meta().reads_mutated.empty() ||
                           (tuple && !tuple->meta().reads_mutated.empty()) || MustBeInForward(*node) ||
                           (tuple && MustBeInForward(*tuple)) || node->meta().recompute == "MUST_SAVE";
-      if (forced) forced_.push_back(node);
+      if (forced) is_forced_[node->index()] = true;
     }
     return Status::Ok();
   }
@@ -191,7 +192,7 @@ class BudgetSolver {
   // The saved set for checkpoints at `positions`: the values crossing each,
   // with MUST_RECOMPUTE values replaced by their inputs, plus the forced saves.
   std::vector<Node*> SavedForCheckpoints(const std::vector<int64_t>& positions) const {
-    std::vector<bool> in(g_.size(), false);
+    std::vector<bool> in = BaseSet();
     std::vector<const Node*> stack;
     for (int64_t t : positions)
       for (const Node* node : forward_) {
@@ -216,21 +217,23 @@ class BudgetSolver {
       }
       in[node->index()] = true;
     }
-    for (const Node* f : forced_) in[f->index()] = true;
-    // The inputs are always available to the backward (unused ones are dropped).
-    for (const Node* p : c_.primals) in[p->index()] = true;
-    for (const Node* p : c_.fwd_rng) in[p->index()] = true;
     return Collect(in);
   }
 
-  // What every candidate saves: the inputs (dropped where unused) and the
-  // values that may never be recomputed.
+  // What every candidate saves: the inputs (always available to the backward;
+  // unused ones are dropped) and the values that may never be recomputed.
   std::vector<bool> BaseSet() const {
-    std::vector<bool> in(g_.size(), false);
-    for (const Node* f : forced_) in[f->index()] = true;
+    std::vector<bool> in = is_forced_;
     for (const Node* p : c_.primals) in[p->index()] = true;
     for (const Node* p : c_.fwd_rng) in[p->index()] = true;
     return in;
+  }
+
+  // A value a search move may save or stop saving: a tensor the forward
+  // computes, not MUST_RECOMPUTE, and not a view of an input (those are free).
+  bool Saveable(const Node& n) const {
+    return n.isCallFunction() && !c_.in_tangents_closure[n.index()] && n.val().is_tensor() && !MustRecompute(n) &&
+           root_[n.index()] && !root_[n.index()]->isPlaceholder();
   }
 
   std::vector<Node*> Collect(const std::vector<bool>& in) const {
@@ -339,23 +342,16 @@ class BudgetSolver {
     };
     std::stable_sort(pool_.begin(), pool_.end(), by_density);
     // Step 5's moves: every value that may be saved (views of the inputs are free).
-    for (const auto& up : g_.nodes()) {
-      const Node* n = up.get();
-      if (!n->isCallFunction() || c_.in_tangents_closure[n->index()] || !n->val().is_tensor() || MustRecompute(*n)) continue;
-      if (!root_[n->index()] || root_[n->index()]->isPlaceholder()) continue;
-      movable_.push_back(up.get());
-    }
+    for (const auto& up : g_.nodes())
+      if (Saveable(*up)) movable_.push_back(up.get());
     std::stable_sort(movable_.begin(), movable_.end(), by_density);
     // Nothing recomputed: what the backward reads, saved (the default partition's choice).
     {
-      std::vector<bool> all(g_.size(), false);
+      std::vector<bool> all = BaseSet();
       for (const auto& up : g_.nodes())
         if (c_.in_tangents_closure[up->index()] && !up->isOutput())
           for (Node* i : up->inputs())
             if (!c_.in_tangents_closure[i->index()]) all[i->index()] = true;
-      for (const Node* f : forced_) all[f->index()] = true;
-      for (const Node* p : c_.primals) all[p->index()] = true;
-      for (const Node* p : c_.fwd_rng) all[p->index()] = true;
       std::vector<Node*> saved;
       for (Node* n : Collect(all))
         if (!MustRecompute(*n) && n->val().kind != ValueFacts::Kind::kTuple) saved.push_back(n);
@@ -437,8 +433,7 @@ class BudgetSolver {
     // them) -- the most bytes per recompute cost first -- by binary search on
     // the shortest prefix that brings the peak within the target.
     if (min_cut_.ev.peak > target) {
-      std::vector<bool> forced(g_.size(), false);
-      for (const Node* f : forced_) forced[f->index()] = true;
+      const std::vector<bool>& forced = is_forced_;
       std::vector<Node*> droppable;
       for (Node* n : min_cut_.saved)
         if (n->isCallFunction() && !forced[n->index()] && !MustRecompute(*n) && n->val().is_tensor()) droppable.push_back(n);
@@ -493,8 +488,7 @@ class BudgetSolver {
     // thorough search, large ones a few moves.
     const int64_t allowance = std::clamp<int64_t>(20000 / static_cast<int64_t>(std::max<size_t>(g_.size(), 1)), 4, 500);
     int64_t spent = 0;
-    std::vector<bool> forced(g_.size(), false);
-    for (const Node* f : forced_) forced[f->index()] = true;
+    const std::vector<bool>& forced = is_forced_;
     // Moves toggle one value, or two when no single toggle helps and the
     // graph is small enough for pairs (an exchange: save one, drop another).
     const size_t n = movable_.size();
@@ -538,20 +532,12 @@ class BudgetSolver {
   // exhaustive reference), on top of the inputs and the forced saves.
   Expected<std::vector<FrontPoint>> Exhaustive(int max_candidates) {
     std::vector<Node*> values;
-    for (const auto& up : g_.nodes()) {
-      const Node* n = up.get();
-      if (!n->isCallFunction() || c_.in_tangents_closure[n->index()] || !n->val().is_tensor() || MustRecompute(*n)) continue;
-      if (!root_[n->index()] || root_[n->index()]->isPlaceholder()) continue;  // views of the inputs: free
-      if (std::find(forced_.begin(), forced_.end(), n) != forced_.end()) continue;
-      values.push_back(up.get());
-    }
+    for (const auto& up : g_.nodes())
+      if (Saveable(*up) && !is_forced_[up->index()]) values.push_back(up.get());
     if (static_cast<int>(values.size()) > max_candidates)
       return Status::BadInput(fmt::format("{} candidate values, more than the {} an exhaustive search takes",
                                           values.size(), max_candidates));
-    std::vector<bool> base(g_.size(), false);
-    for (const Node* f : forced_) base[f->index()] = true;
-    for (const Node* p : c_.primals) base[p->index()] = true;
-    for (const Node* p : c_.fwd_rng) base[p->index()] = true;
+    const std::vector<bool> base = BaseSet();
     std::map<int64_t, FrontPoint> best;  // peak -> cheapest
     for (uint64_t mask = 0; mask < (uint64_t{1} << values.size()); ++mask) {
       std::vector<bool> in = base;
@@ -580,7 +566,7 @@ class BudgetSolver {
   std::vector<bool> is_forward_;
   std::vector<const Node*> root_;
   std::vector<const Node*> forward_;
-  std::vector<const Node*> forced_;
+  std::vector<bool> is_forced_;  // may never be recomputed: saved by every candidate
   std::vector<Candidate> candidates_;
   Candidate min_cut_;
   std::vector<Node*> pool_, movable_;
