@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fxremat/peak_model.h"
 #include "passes/min_cut_partition.h"
@@ -100,6 +102,8 @@ double PartitionRecomputeCost(const Graph& forward, const Graph& backward, doubl
 }
 
 namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Evaluation {
   int64_t peak = 0;
@@ -345,18 +349,7 @@ class BudgetSolver {
     for (const auto& up : g_.nodes())
       if (Saveable(*up)) movable_.push_back(up.get());
     std::stable_sort(movable_.begin(), movable_.end(), by_density);
-    // Nothing recomputed: what the backward reads, saved (the default partition's choice).
-    {
-      std::vector<bool> all = BaseSet();
-      for (const auto& up : g_.nodes())
-        if (c_.in_tangents_closure[up->index()] && !up->isOutput())
-          for (Node* i : up->inputs())
-            if (!c_.in_tangents_closure[i->index()]) all[i->index()] = true;
-      std::vector<Node*> saved;
-      for (Node* n : Collect(all))
-        if (!MustRecompute(*n) && n->val().kind != ValueFacts::Kind::kTuple) saved.push_back(n);
-      FXREMAT_RETURN_IF_ERROR(Add(saved, "nothing recomputed"));
-    }
+    FXREMAT_RETURN_IF_ERROR(Add(NothingRecomputed(), "nothing recomputed"));
     FXREMAT_RETURN_IF_ERROR(Add(SavedForCheckpoints({}), "inputs only"));
     const int64_t total = prefix_.back();
     int64_t largest = 1;
@@ -371,6 +364,19 @@ class BudgetSolver {
       FXREMAT_RETURN_IF_ERROR(Add(SavedForCheckpoints(chosen), fmt::format("segments of <= {} B", limit)));
     }
     return Status::Ok();
+  }
+
+  // Nothing recomputed: what the backward reads, saved (the default partition's choice).
+  std::vector<Node*> NothingRecomputed() const {
+    std::vector<bool> all = BaseSet();
+    for (const auto& up : g_.nodes())
+      if (c_.in_tangents_closure[up->index()] && !up->isOutput())
+        for (Node* i : up->inputs())
+          if (!c_.in_tangents_closure[i->index()]) all[i->index()] = true;
+    std::vector<Node*> saved;
+    for (Node* n : Collect(all))
+      if (!MustRecompute(*n) && n->val().kind != ValueFacts::Kind::kTuple) saved.push_back(n);
+    return saved;
   }
 
   Status Add(std::vector<Node*> saved, std::string label) {
@@ -528,6 +534,221 @@ class BudgetSolver {
   }
 
 
+  // Note [Budget MILP] (passes/budget_partition.h): the Checkmate-style
+  // reference over this solver's execution model.
+  Expected<BudgetMilp> BuildMilp(int64_t budget) {
+    BudgetMilp m;
+    FXREMAT_ASSIGN_OR_RETURN(Partition nothing, Emit(NothingRecomputed()));
+    const Graph& bw = *nothing.backward;
+    // Roots of the forward values that are always resident: user outputs (the
+    // caller holds them to the end of the step).
+    std::vector<bool> pinned(g_.size(), false);
+    for (const Node* o : c_.forward_outputs)
+      if (o && root_[o->index()]) pinned[root_[o->index()]->index()] = true;
+    auto variable_root = [&](const Node* joint) -> const Node* {
+      const Node* r = joint ? root_[joint->index()] : nullptr;
+      if (!r || r->isPlaceholder() || !r->isCallFunction() || c_.in_tangents_closure[r->index()] || pinned[r->index()])
+        return nullptr;
+      return r;
+    };
+    // The backward of "nothing recomputed": which forward roots each op reads,
+    // and the bytes of the backward's own storages live at each op.
+    const size_t nb = bw.size();
+    std::vector<const Node*> bw_fwd_root(nb, nullptr);  // forward root a backward value refers to
+    std::vector<int64_t> bw_root(nb, -1);               // backward storage (index of its allocating node)
+    std::vector<int64_t> bw_end(nb, -1);
+    const int64_t end_of_step = static_cast<int64_t>(nb);
+    for (const auto& up : bw.nodes()) {
+      const Node* n = up.get();
+      const size_t i = n->index();
+      if (n->isPlaceholder()) {
+        if (n->role() == PlaceholderRole::kTangent && n->val().is_tensor()) bw_root[i] = static_cast<int64_t>(i);
+        else if (n->role() == PlaceholderRole::kSaved) bw_fwd_root[i] = variable_root(g_.findNode(n->name()));
+        continue;
+      }
+      if (!n->isCallFunction()) continue;
+      const Node* base = !n->args().empty() && n->args()[0].is_node() ? n->args()[0].node : nullptr;
+      if (IsAlias(*n) && base) {
+        bw_root[i] = bw_root[base->index()];
+        bw_fwd_root[i] = bw_fwd_root[base->index()];
+      } else if (n->isGetItem() && base) {
+        const OpInfo* info = base->opInfo();
+        const bool aliases = info && info->hasSchema() && info->schema.returnsAlias();
+        const Node* src = aliases && !base->inputs().empty() ? base->inputs()[0] : nullptr;
+        if (aliases) {
+          if (src) bw_root[i] = bw_root[src->index()], bw_fwd_root[i] = bw_fwd_root[src->index()];
+        } else if (n->val().is_tensor()) {
+          bw_root[i] = static_cast<int64_t>(i);
+        }
+      } else if (n->val().is_tensor()) {
+        bw_root[i] = static_cast<int64_t>(i);
+      }
+    }
+    for (const auto& up : bw.nodes()) {
+      const Node* n = up.get();
+      for (const Node* in : n->inputs()) {
+        const int64_t r = bw_root[in->index()];
+        if (r >= 0) bw_end[static_cast<size_t>(r)] = std::max(bw_end[static_cast<size_t>(r)],
+                                                               n->isOutput() ? end_of_step : static_cast<int64_t>(n->index()));
+      }
+    }
+    std::vector<int64_t> bw_delta(nb + 2, 0);
+    for (const auto& up : bw.nodes()) {
+      const size_t i = up->index();
+      if (bw_root[i] != static_cast<int64_t>(i)) continue;
+      const int64_t bytes = up->val().is_tensor() ? StorageBytes(up->val().tensor) : 0;
+      const size_t from = up->isPlaceholder() ? 0 : i;
+      const size_t to = static_cast<size_t>(std::max<int64_t>(bw_end[i], static_cast<int64_t>(i))) + 1;
+      bw_delta[from] += bytes;
+      bw_delta[std::min(to, nb + 1)] -= bytes;
+    }
+    int64_t pinned_bytes = 0;
+    for (const auto& up : g_.nodes())
+      if (pinned[up->index()]) pinned_bytes += StorageBytesOf(*up);
+    // Use points: the backward ops that read a forward root; each carries the
+    // highest backward-own bytes since the previous one.
+    struct UsePoint {
+      std::vector<const Node*> reads;
+      int64_t base = 0;
+    };
+    std::vector<UsePoint> points;
+    int64_t running = 0, since = 0;
+    for (const auto& up : bw.nodes()) {
+      running += bw_delta[up->index()];
+      since = std::max(since, running);
+      if (!up->isCallFunction()) continue;
+      std::vector<const Node*> reads;
+      for (const Node* in : up->inputs())
+        if (const Node* r = bw_fwd_root[in->index()]; r && std::find(reads.begin(), reads.end(), r) == reads.end())
+          reads.push_back(r);
+      if (reads.empty()) continue;
+      points.push_back({std::move(reads), since});
+      since = running;
+    }
+    int64_t tail = since;  // after the last use point: the backward's own bytes only
+    // The forward roots each root's op reads (through views and tuples), and
+    // the roots the model needs: ancestors of what the backward reads.
+    std::vector<std::vector<const Node*>> root_inputs(g_.size());
+    for (const auto& up : g_.nodes()) {
+      const Node* node = up.get();
+      if (!variable_root(node) || root_[node->index()] != node) continue;
+      const Node* op = node->isGetItem() && node->args()[0].is_node() ? node->args()[0].node : node;
+      std::vector<const Node*>& ins = root_inputs[node->index()];
+      for (const Node* in : op->inputs())
+        if (const Node* r = variable_root(in); r && r != node && std::find(ins.begin(), ins.end(), r) == ins.end())
+          ins.push_back(r);
+    }
+    std::vector<bool> relevant(g_.size(), false);
+    std::vector<const Node*> stack;
+    for (const UsePoint& u : points)
+      for (const Node* r : u.reads) stack.push_back(r);
+    while (!stack.empty()) {
+      const Node* r = stack.back();
+      stack.pop_back();
+      if (relevant[r->index()]) continue;
+      relevant[r->index()] = true;
+      for (const Node* in : root_inputs[r->index()]) stack.push_back(in);
+    }
+    // The variables' values, in graph order. A value outside the forward (the
+    // backward computes it from the inputs, once) is never saved and costs
+    // nothing there, as in the solver's cost (PartitionRecomputeCost).
+    std::vector<const Node*> roots;
+    for (const auto& up : g_.nodes())
+      if (relevant[up->index()] && root_[up->index()] == up.get()) roots.push_back(up.get());
+
+    // Variables.
+    const size_t K = points.size();
+    std::vector<int64_t> s_var(g_.size(), -1);
+    std::vector<std::vector<int64_t>> a_var(g_.size()), r_var(g_.size());
+    auto add_var = [&](std::string name, double cost, double lo, double hi) {
+      m.variables.push_back(std::move(name));
+      m.objective.push_back(cost);
+      m.lower.push_back(lo);
+      m.upper.push_back(hi);
+      return static_cast<int64_t>(m.variables.size() - 1);
+    };
+    auto add_row = [&](std::vector<std::pair<int64_t, double>> terms, double lo, double hi) {
+      const auto row = static_cast<int64_t>(m.row_lower.size());
+      for (const auto& [col, coef] : terms) {
+        m.rows.push_back(row);
+        m.cols.push_back(col);
+        m.coefs.push_back(coef);
+      }
+      m.row_lower.push_back(lo);
+      m.row_upper.push_back(hi);
+    };
+    // A root whose op is a tuple item: recomputing it reruns the tuple op.
+    auto op_of = [&](const Node* r) { return r->isGetItem() && r->args()[0].is_node() ? r->args()[0].node : r; };
+    for (const Node* r : roots) {
+      const size_t i = r->index();
+      const bool in_forward = is_forward_[op_of(r)->index()];  // a tuple item: its op runs in the forward
+      const bool forced = in_forward && (is_forced_[i] || is_forced_[op_of(r)->index()]);
+      const bool can_save = in_forward && !MustRecompute(*r);
+      s_var[i] = add_var(fmt::format("s:{}", r->name()), 0.0, forced ? 1.0 : 0.0, can_save ? 1.0 : 0.0);
+      m.save_variables.push_back(s_var[i]);
+      m.save_names.push_back(r->name());
+      const double cost = in_forward ? RecomputeCost(*op_of(r), options_.recompute_flops_per_byte) : 0.0;
+      for (size_t k = 0; k < K; ++k) {
+        a_var[i].push_back(add_var(fmt::format("a:{}@{}", r->name(), k), 0.0, 0.0, 1.0));
+        r_var[i].push_back(add_var(fmt::format("r:{}@{}", r->name(), k), cost, 0.0, forced ? 0.0 : 1.0));
+      }
+    }
+    // Residency: resident at a point only if resident at the previous one (the
+    // first: saved) or recomputed there.
+    for (const Node* r : roots) {
+      const size_t i = r->index();
+      for (size_t k = 0; k < K; ++k)
+        add_row({{a_var[i][k], 1.0}, {k == 0 ? s_var[i] : a_var[i][k - 1], -1.0}, {r_var[i][k], -1.0}}, -kInf, 0.0);
+    }
+    // Reads: what a backward op reads is resident; what a recompute reads too.
+    for (size_t k = 0; k < K; ++k)
+      for (const Node* r : points[k].reads) m.lower[static_cast<size_t>(a_var[r->index()][k])] = 1.0;
+    for (const Node* r : roots)
+      for (const Node* in : root_inputs[r->index()])
+        for (size_t k = 0; k < K; ++k)
+          add_row({{r_var[r->index()][k], 1.0}, {a_var[in->index()][k], -1.0}}, -kInf, 0.0);
+    // Backward memory at each use point.
+    const auto B = static_cast<double>(budget);
+    m.constant_infeasible = tail + pinned_bytes > budget;
+    for (size_t k = 0; k < K; ++k) {
+      std::vector<std::pair<int64_t, double>> terms;
+      for (const Node* r : roots) terms.push_back({a_var[r->index()][k], static_cast<double>(StorageBytesOf(*r))});
+      add_row(std::move(terms), -kInf, B - static_cast<double>(points[k].base + pinned_bytes));
+    }
+    // Forward memory at each forward op: what is alive anyway, plus the saved
+    // values the forward no longer reads.
+    std::vector<int64_t> root_end(g_.size(), -1);
+    for (const Node* node : forward_)
+      if (const Node* r = root_[node->index()]; r && is_forward_[r->index()])
+        root_end[r->index()] = std::max(root_end[r->index()], last_fwd_[node->index()]);
+    // Each storage the forward allocates: [defined, last forward read]; items
+    // of a tuple op are allocated by the op.
+    struct Life {
+      int64_t def, end, bytes, s;
+      bool pinned;
+    };
+    std::vector<Life> lives;
+    for (const auto& up : g_.nodes()) {
+      const Node* r = up.get();
+      if (root_[r->index()] != r || !r->isCallFunction() || !is_forward_[op_of(r)->index()]) continue;
+      const int64_t def = pos_[op_of(r)->index()];
+      lives.push_back({def, std::max(def, root_end[r->index()]), StorageBytesOf(*r), s_var[r->index()], pinned[r->index()]});
+    }
+    for (const Node* node : forward_) {
+      const int64_t p = pos_[node->index()];
+      int64_t fixed = 0;
+      std::vector<std::pair<int64_t, double>> terms;
+      for (const Life& l : lives) {
+        if (l.def > p) continue;
+        if (l.end >= p || l.pinned) fixed += l.bytes;
+        else if (l.s >= 0) terms.push_back({l.s, static_cast<double>(l.bytes)});
+      }
+      m.constant_infeasible = m.constant_infeasible || fixed > budget;
+      if (!terms.empty()) add_row(std::move(terms), -kInf, B - static_cast<double>(fixed));
+    }
+    return m;
+  }
+
   // Every subset of the allocating forward values (Note [Peak budget]'s
   // exhaustive reference), on top of the inputs and the forced saves.
   Expected<std::vector<FrontPoint>> Exhaustive(int max_candidates) {
@@ -552,6 +773,25 @@ class BudgetSolver {
     for (const auto& [peak, point] : best)
       if (front.empty() || point.recompute_cost < front.back().recompute_cost) front.push_back(point);
     return front;
+  }
+
+  // The base set plus the named values, emitted and simulated.
+  Expected<FrontPoint> EvaluateNamed(const std::vector<std::string>& names) {
+    std::vector<bool> in = BaseSet();
+    for (const std::string& name : names) {
+      const Node* n = g_.findNode(name);
+      if (!n) return Status::BadInput(fmt::format("no node named '{}' in the graph", name));
+      in[n->index()] = true;
+    }
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, Emit(Collect(in)));
+    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p));
+    std::vector<std::string> recomputed;
+    for (const auto& up : p.backward->nodes())
+      if (const Node* f = up->isCallFunction() ? p.forward->findNode(up->name()) : nullptr;
+          f && f->isCallFunction() && f->target() == up->target())
+        recomputed.push_back(up->name());
+    return FrontPoint{e.peak_bytes, PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte),
+                      p.signature.savedBytes(), fmt::format("recomputed: {}", fmt::join(recomputed, ", "))};
   }
 
   const Candidate& minCut() const { return min_cut_; }
@@ -614,6 +854,19 @@ Expected<std::vector<FrontPoint>> PeakFront(const Graph& prepared, const MinCutO
 }  // namespace fxremat
 
 namespace fxremat {
+
+Expected<BudgetMilp> BuildBudgetMilp(const Graph& prepared, const MinCutOptions& options, int64_t budget_bytes) {
+  BudgetSolver solver(prepared, options);
+  FXREMAT_RETURN_IF_ERROR(solver.Prepare());
+  return solver.BuildMilp(budget_bytes);
+}
+
+Expected<FrontPoint> EvaluateSavedSet(const Graph& prepared, const MinCutOptions& options,
+                                      const std::vector<std::string>& saved_names) {
+  BudgetSolver solver(prepared, options);
+  FXREMAT_RETURN_IF_ERROR(solver.Prepare());
+  return solver.EvaluateNamed(saved_names);
+}
 
 Expected<std::vector<FrontPoint>> ExhaustiveFront(const Graph& prepared, const MinCutOptions& options,
                                                   int max_candidates) {

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fxremat/ir.h"
@@ -71,6 +72,47 @@ Expected<std::vector<FrontPoint>> PeakFront(const Graph& prepared, const MinCutO
 // front (for each peak, the least recompute cost), by increasing peak.
 Expected<std::vector<FrontPoint>> ExhaustiveFront(const Graph& prepared, const MinCutOptions& options,
                                                   int max_candidates);
+
+// Note [Budget MILP]
+// The reference the solver is cross-checked against (tests/python/
+// test_budget_milp.py solves it with scipy's HiGHS milp): Checkmate's
+// formulation (Jain et al., 2020) restricted to the execution model every
+// fxremat partition has -- the forward runs once, in graph order; the backward
+// runs its own ops in the autograd-engine order; recomputation happens only in
+// the backward. The time steps are the backward ops that read a forward value
+// ("use points", taken from the nothing-recomputed partition). Per allocating
+// forward value v (its storage: views are free and share it):
+//   s_v      saved by the forward (forced to 1 for random ops / values that
+//            read mutated inputs / MUST_SAVE, to 0 for MUST_RECOMPUTE);
+//   a_{v,k}  resident at use point k;  r_{v,k}  recomputed just before it.
+// Constraints: a_{v,k} <= a_{v,k-1} + r_{v,k} (a_{v,0} = s_v); what op k reads
+// is resident; a recompute's inputs are resident at its point; at each use
+// point the resident bytes plus the backward's own live bytes (the most since
+// the previous point) plus the forward outputs are within the budget; at each
+// forward op the live bytes plus the saved values the forward no longer reads
+// are within it. Objective: sum of r_{v,k} * RecomputeCost. It is a model, not
+// the simulator: a value recomputed at a point counts for the whole point (the
+// simulator frees a recompute-only intermediate sooner), a tuple op's items
+// each pay the op, and a value may be recomputed more than once. The test
+// therefore compares costs at equal budgets and also simulates the MILP's
+// saved set (EvaluateSavedSet).
+struct BudgetMilp {
+  std::vector<std::string> variables;  // "s:<value>", "a:<value>@<point>", "r:<value>@<point>"
+  std::vector<double> objective, lower, upper;  // per variable; all variables are binary
+  // Sparse rows: row_lower[i] <= sum of coefs over (rows == i) * x[cols] <= row_upper[i].
+  std::vector<int64_t> rows, cols;
+  std::vector<double> coefs;
+  std::vector<double> row_lower, row_upper;
+  std::vector<int64_t> save_variables;  // the s_v, with the value names below
+  std::vector<std::string> save_names;
+  bool constant_infeasible = false;  // what nothing can free is already over the budget
+};
+Expected<BudgetMilp> BuildBudgetMilp(const Graph& prepared, const MinCutOptions& options, int64_t budget_bytes);
+
+// The partition that saves the inputs, the forced values and the named ones,
+// emitted and simulated as the solver does: its peak, cost and saved bytes.
+Expected<FrontPoint> EvaluateSavedSet(const Graph& prepared, const MinCutOptions& options,
+                                      const std::vector<std::string>& saved_names);
 
 // The recompute cost of one op (Note [Peak budget], step 3).
 double RecomputeCost(const Node& n, double flops_per_byte);

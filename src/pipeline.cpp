@@ -89,16 +89,22 @@ Expected<std::unique_ptr<Graph>> PrepareMinCutGraph(const Graph& joint, const Mi
   return prepared ? std::move(prepared) : CloneGraph(joint);
 }
 
-Expected<std::vector<FrontPoint>> RunPeakFront(const Graph& joint, const PartitionRequest& request, int points) {
+Expected<std::unique_ptr<Graph>> PrepareBudgetGraph(const Graph& joint, const PartitionRequest& request) {
   if (request.partitioner != "mincut")
-    return Status::BadInput("the peak front needs the mincut partitioner (the default partition has no choice)");
-  if (points < 1 || points > 1000) return Status::BadInput(fmt::format("--points takes 1 to 1000, not {}", points));
+    return Status::BadInput("the peak budget needs the mincut partitioner (the default partition has no choice)");
   PassOptions pass_options;
   pass_options.offload_target = request.offload_target;
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> folded, FoldAnnotationsIfAny(joint, pass_options));
   const Graph& g = folded ? *folded : joint;
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareForCut(g, request.mincut));
-  return PeakFront(prepared ? *prepared : g, request.mincut, points);
+  if (prepared) return prepared;
+  return folded ? std::move(folded) : CloneGraph(joint);
+}
+
+Expected<std::vector<FrontPoint>> RunPeakFront(const Graph& joint, const PartitionRequest& request, int points) {
+  if (points < 1 || points > 1000) return Status::BadInput(fmt::format("--points takes 1 to 1000, not {}", points));
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareBudgetGraph(joint, request));
+  return PeakFront(*prepared, request.mincut, points);
 }
 
 Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& request) {

@@ -67,6 +67,10 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
 // preparation stages of RunMinCutStages, always a copy.
 Expected<std::unique_ptr<Graph>> PrepareMinCutGraph(const Graph& joint, const MinCutOptions& options);
 
+// The graph the budget solver works on: annotations folded, then the min
+// cut's preparation stages (always a copy). Mincut only.
+Expected<std::unique_ptr<Graph>> PrepareBudgetGraph(const Graph& joint, const PartitionRequest& request);
+
 // The peak / recompute-cost front (Note [Peak budget] in
 // passes/budget_partition.h): the candidates the budget solver weighs, then
 // `points` budgets evenly spaced from the smallest peak to the min cut's, each

@@ -224,6 +224,52 @@ PYBIND11_MODULE(_C, m) {
       "The peak / recompute-cost front of a joint graph document (Note [Peak budget]): a list of dicts with "
       "label, peak_bytes, recompute_cost, saved_bytes.");
   m.def(
+      "budget_milp",
+      [](const py::dict& document, const std::map<std::string, std::string>& options,
+         const std::optional<std::string>& policy, int64_t budget_bytes) {
+        PartitionRequest request = MakeRequest("mincut", options, policy, "torch", false, false);
+        std::unique_ptr<Graph> graph = Unwrap(GraphFromJsonDocument(FromPython(document)));
+        std::unique_ptr<Graph> prepared = Unwrap(PrepareBudgetGraph(*graph, request));
+        BudgetMilp m = Unwrap(BuildBudgetMilp(*prepared, request.mincut, budget_bytes));
+        py::dict d;
+        d["variables"] = m.variables;
+        d["objective"] = m.objective;
+        d["lower"] = m.lower;
+        d["upper"] = m.upper;
+        d["rows"] = m.rows;
+        d["cols"] = m.cols;
+        d["coefs"] = m.coefs;
+        d["row_lower"] = m.row_lower;
+        d["row_upper"] = m.row_upper;
+        d["save_variables"] = m.save_variables;
+        d["save_names"] = m.save_names;
+        d["constant_infeasible"] = m.constant_infeasible;
+        return d;
+      },
+      py::arg("document"), py::arg("options") = std::map<std::string, std::string>{}, py::arg("policy") = py::none(),
+      py::arg("budget_bytes") = 0,
+      "The budget MILP (Note [Budget MILP] in passes/budget_partition.h) of a joint graph document at a byte "
+      "budget, as sparse arrays for scipy.optimize.milp; all variables binary.");
+  m.def(
+      "evaluate_saved",
+      [](const py::dict& document, const std::vector<std::string>& saved, const std::map<std::string, std::string>& options,
+         const std::optional<std::string>& policy) {
+        PartitionRequest request = MakeRequest("mincut", options, policy, "torch", false, false);
+        std::unique_ptr<Graph> graph = Unwrap(GraphFromJsonDocument(FromPython(document)));
+        std::unique_ptr<Graph> prepared = Unwrap(PrepareBudgetGraph(*graph, request));
+        FrontPoint p = Unwrap(EvaluateSavedSet(*prepared, request.mincut, saved));
+        py::dict d;
+        d["peak_bytes"] = p.peak_bytes;
+        d["recompute_cost"] = p.recompute_cost;
+        d["saved_bytes"] = p.saved_bytes;
+        d["label"] = p.label;
+        return d;
+      },
+      py::arg("document"), py::arg("saved"), py::arg("options") = std::map<std::string, std::string>{},
+      py::arg("policy") = py::none(),
+      "Peak, recompute cost and saved bytes of the partition that saves the named values (plus the inputs and the "
+      "values that may never be recomputed), emitted and simulated as the budget solver does.");
+  m.def(
       "recompute_cost",
       [](const py::dict& forward, const py::dict& backward, double flops_per_byte) {
         std::unique_ptr<Graph> f = Unwrap(GraphFromJsonDocument(FromPython(forward)));

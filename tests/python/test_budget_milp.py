@@ -1,0 +1,75 @@
+"""The peak-budget solver against the budget MILP (Note [Budget MILP]).
+
+The MILP is solved with scipy's HiGHS (fxremat.testing.milp); its saved set is
+then emitted and simulated exactly as the solver's candidates are. Where that
+partition is within the budget it is a real competitor, and the solver's own
+choice at the same budget must not cost more (within 1%) at most points. The
+full table over the benchmark corpus is in docs/benchmarks_budget.md
+(bench/budget_bench.py --milp).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from fxremat import _C
+from fxremat.testing.milp import solve_budget_milp
+
+from conftest import TESTDATA
+
+pytest.importorskip("scipy")
+
+# Two seed programs and the first random programs of the corpus (not chosen by
+# result); a few seconds each.
+GRAPHS = ["t5_shift_right", "simple_mlp"] + [f"random/random_{i:04d}" for i in range(10)]
+
+
+def _load(name):
+    with gzip.open(TESTDATA / f"{name}.json.gz") as f:
+        return json.load(f)
+
+
+def test_milp_is_a_sound_model_on_a_chain():
+    # sin_mm: at a budget far above every peak, nothing needs recomputing; the
+    # optimum is 0 and the MILP's saved set simulates within the budget.
+    doc = _load("sin_mm")
+    answer = solve_budget_milp(doc, 1 << 30)
+    assert answer.status == "optimal" and answer.objective == 0
+    assert answer.simulated["peak_bytes"] <= 1 << 30
+    # Below the inputs' own live bytes nothing fits: infeasible, not an answer.
+    assert solve_budget_milp(doc, 0).status == "infeasible"
+
+
+def test_solver_against_the_milp():
+    points = competitive = solved = within_objective = 0
+    losses = []
+    for name in GRAPHS:
+        doc = _load(name)
+        front = [p for p in _C.peak_front(doc, {}, None, 3) if p["label"].startswith("budget ")]
+        for point in front:
+            budget, ours = point["peak_bytes"], point["recompute_cost"]
+            answer = solve_budget_milp(doc, budget, time_limit=20)
+            if answer.objective is not None:
+                solved += 1
+                within_objective += ours <= answer.objective * 1.01 + 1e-9
+            sim = answer.simulated
+            if sim is None or sim["peak_bytes"] > budget:
+                continue
+            points += 1
+            if ours <= sim["recompute_cost"] * 1.01 + 1e-9:
+                competitive += 1
+            else:
+                losses.append((name, budget, ours, sim["recompute_cost"]))
+    print(f"MILP solved at {solved} points, ours within 1% of its objective at {within_objective}; "
+          f"its saved set within the budget at {points}, ours no costlier at {competitive}; losses: {losses}")
+    assert solved >= len(GRAPHS)  # the reference itself works
+    assert points >= 10
+    # Measured at landing: 13 of 19 (68%); over the whole small corpus 96 of 129
+    # (docs/benchmarks_budget_milp.md). The issue's target, 95%, is not met: the
+    # MILP's saved sets differ from the solver's by exchanges of many values at
+    # once, which its local search (single and pair moves) does not reach. This
+    # bound guards against regressions.
+    assert competitive >= 0.6 * points, losses
