@@ -468,7 +468,38 @@ class BudgetSolver {
       }
       if (found && found->ev.cost < best.ev.cost) best = std::move(*found);
     }
-    return Improve(std::move(best), target);
+    FXREMAT_ASSIGN_OR_RETURN(std::optional<Candidate> exact, MilpCandidate(target));
+    FXREMAT_ASSIGN_OR_RETURN(Candidate improved, Improve(std::move(best), target));
+    if (!exact) return improved;
+    FXREMAT_ASSIGN_OR_RETURN(Candidate from_exact, Improve(std::move(*exact), target));
+    return from_exact.ev.cost < improved.ev.cost ? from_exact : improved;
+  }
+
+  // Note [Budget MILP]: its choice, emitted and simulated; when the simulator
+  // puts it over the target (the MILP's memory model is coarser), the MILP is
+  // solved again with the budget lowered by the excess, twice at most.
+  Expected<std::optional<Candidate>> MilpCandidate(int64_t target) {
+    if (options_.budget_milp_max_variables <= 0 || !BinaryProgramSolverAvailable()) return std::optional<Candidate>();
+    int64_t bound = target;
+    for (int attempt = 0; attempt < 3 && bound > 0; ++attempt) {
+      FXREMAT_ASSIGN_OR_RETURN(BudgetMilp m, BuildMilp(bound, options_.budget_milp_max_variables));
+      if (m.too_large || m.constant_infeasible) break;
+      FXREMAT_ASSIGN_OR_RETURN(auto x, SolveBinaryProgram(m.program, options_.budget_milp_max_nodes));
+      if (!x) break;
+      std::vector<bool> in = BaseSet();
+      for (size_t i = 0; i < m.save_variables.size(); ++i)
+        if ((*x)[static_cast<size_t>(m.save_variables[i])] > 0.5)
+          if (const Node* n = g_.findNode(m.save_names[i])) in[n->index()] = true;
+      std::vector<Node*> saved = Collect(in);
+      Expected<Evaluation> ev = Evaluate(saved);
+      if (!ev.ok()) {
+        if (ev.status().code() != ErrorCode::kBadInput) return ev.status();
+        break;
+      }
+      if (ev->peak <= target) return std::optional<Candidate>(Candidate{std::move(saved), *ev, "budget MILP"});
+      bound -= ev->peak - target;
+    }
+    return std::optional<Candidate>();
   }
 
   // Step 5: local search from the chosen partition: save one more value, or
@@ -536,7 +567,8 @@ class BudgetSolver {
 
   // Note [Budget MILP] (passes/budget_partition.h): the Checkmate-style
   // reference over this solver's execution model.
-  Expected<BudgetMilp> BuildMilp(int64_t budget) {
+  // max_variables > 0: stop before building a larger program (too_large set).
+  Expected<BudgetMilp> BuildMilp(int64_t budget, int64_t max_variables = 0) {
     BudgetMilp m;
     FXREMAT_ASSIGN_OR_RETURN(Partition nothing, Emit(NothingRecomputed()));
     const Graph& bw = *nothing.backward;
@@ -658,24 +690,29 @@ class BudgetSolver {
 
     // Variables.
     const size_t K = points.size();
+    if (max_variables > 0 && static_cast<double>(roots.size()) * static_cast<double>(2 * K + 1) > static_cast<double>(max_variables)) {
+      m.too_large = true;
+      return m;
+    }
     std::vector<int64_t> s_var(g_.size(), -1);
     std::vector<std::vector<int64_t>> a_var(g_.size()), r_var(g_.size());
+    BinaryProgram& bp = m.program;
     auto add_var = [&](std::string name, double cost, double lo, double hi) {
-      m.variables.push_back(std::move(name));
-      m.objective.push_back(cost);
-      m.lower.push_back(lo);
-      m.upper.push_back(hi);
-      return static_cast<int64_t>(m.variables.size() - 1);
+      bp.variables.push_back(std::move(name));
+      bp.objective.push_back(cost);
+      bp.lower.push_back(lo);
+      bp.upper.push_back(hi);
+      return static_cast<int64_t>(bp.variables.size() - 1);
     };
     auto add_row = [&](std::vector<std::pair<int64_t, double>> terms, double lo, double hi) {
-      const auto row = static_cast<int64_t>(m.row_lower.size());
+      const auto row = static_cast<int64_t>(bp.row_lower.size());
       for (const auto& [col, coef] : terms) {
-        m.rows.push_back(row);
-        m.cols.push_back(col);
-        m.coefs.push_back(coef);
+        bp.rows.push_back(row);
+        bp.cols.push_back(col);
+        bp.coefs.push_back(coef);
       }
-      m.row_lower.push_back(lo);
-      m.row_upper.push_back(hi);
+      bp.row_lower.push_back(lo);
+      bp.row_upper.push_back(hi);
     };
     // A root whose op is a tuple item: recomputing it reruns the tuple op.
     auto op_of = [&](const Node* r) { return r->isGetItem() && r->args()[0].is_node() ? r->args()[0].node : r; };
@@ -702,7 +739,7 @@ class BudgetSolver {
     }
     // Reads: what a backward op reads is resident; what a recompute reads too.
     for (size_t k = 0; k < K; ++k)
-      for (const Node* r : points[k].reads) m.lower[static_cast<size_t>(a_var[r->index()][k])] = 1.0;
+      for (const Node* r : points[k].reads) bp.lower[static_cast<size_t>(a_var[r->index()][k])] = 1.0;
     for (const Node* r : roots)
       for (const Node* in : root_inputs[r->index()])
         for (size_t k = 0; k < K; ++k)

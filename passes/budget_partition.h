@@ -24,7 +24,10 @@
 //      shapes, plus recompute_flops_per_byte per byte moved);
 //   4. keeps the cheapest candidate within the budget, then adds saved values
 //      back, the most recompute cost avoided per byte first, as long as the
-//      simulated peak stays within the budget.
+//      simulated peak stays within the budget; drops saved values from the min
+//      cut likewise; searches locally (single and pair moves);
+//   5. when budget_milp_max_variables allows, solves Note [Budget MILP] with
+//      CBC and searches locally from its saved set too; the cheaper wins.
 // The budget is memory_budget_bytes, or smallest + activation_memory_budget *
 // (min cut - smallest), where smallest is the lowest peak among the
 // candidates. A budget below the smallest peak is a bad-input error that
@@ -41,6 +44,7 @@
 #include "fxremat/partition_options.h"
 #include "fxremat/peak_model.h"
 #include "fxremat/status.h"
+#include "src/binary_program.h"
 
 namespace fxremat {
 
@@ -97,15 +101,12 @@ Expected<std::vector<FrontPoint>> ExhaustiveFront(const Graph& prepared, const M
 // therefore compares costs at equal budgets and also simulates the MILP's
 // saved set (EvaluateSavedSet).
 struct BudgetMilp {
-  std::vector<std::string> variables;  // "s:<value>", "a:<value>@<point>", "r:<value>@<point>"
-  std::vector<double> objective, lower, upper;  // per variable; all variables are binary
-  // Sparse rows: row_lower[i] <= sum of coefs over (rows == i) * x[cols] <= row_upper[i].
-  std::vector<int64_t> rows, cols;
-  std::vector<double> coefs;
-  std::vector<double> row_lower, row_upper;
+  // Variables "s:<value>", "a:<value>@<point>", "r:<value>@<point>", all 0/1.
+  BinaryProgram program;
   std::vector<int64_t> save_variables;  // the s_v, with the value names below
   std::vector<std::string> save_names;
   bool constant_infeasible = false;  // what nothing can free is already over the budget
+  bool too_large = false;            // not built: over the variable limit asked for
 };
 Expected<BudgetMilp> BuildBudgetMilp(const Graph& prepared, const MinCutOptions& options, int64_t budget_bytes);
 

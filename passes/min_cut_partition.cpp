@@ -537,6 +537,15 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
     options.activation_memory_budget = v;
     return Status::Ok();
   }
+  if (name == "budget_milp_max_variables" || name == "budget_milp_max_nodes") {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || errno == ERANGE || v < 0)
+      return Status::BadInput(fmt::format("option {} takes a non-negative integer, not '{}'", name, value));
+    (name == "budget_milp_max_variables" ? options.budget_milp_max_variables : options.budget_milp_max_nodes) = v;
+    return Status::Ok();
+  }
   if (name == "memory_budget_bytes") {
     char* end = nullptr;
     errno = 0;

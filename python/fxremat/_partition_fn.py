@@ -58,8 +58,8 @@ PARTITIONERS = ("mincut", "default")
 
 # The min-cut knobs the C++ library takes, by their torch._functorch.config names
 # (passes/min_cut_partition.h, SetMinCutOption), plus fxremat's own max_flow and the
-# peak budget's memory_budget_bytes, budget_objective, recompute_flops_per_byte
-# (Note [Peak budget], docs/budget.md).
+# peak budget's memory_budget_bytes, budget_objective, recompute_flops_per_byte,
+# budget_milp_max_variables, budget_milp_max_nodes (Note [Peak budget], docs/budget.md).
 MINCUT_OPTIONS = (
     "activation_memory_budget",
     "aggressive_recomputation",
@@ -76,6 +76,8 @@ MINCUT_OPTIONS = (
     "memory_budget_bytes",
     "budget_objective",
     "recompute_flops_per_byte",
+    "budget_milp_max_variables",
+    "budget_milp_max_nodes",
 )
 
 def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:

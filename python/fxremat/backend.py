@@ -47,7 +47,8 @@ min-cut options             ``torch._functorch.config`` names, passed to the C++
                             ``cse``, ``max_dist_from_bw``, ``activation_memory_budget``
                             (a fraction of the peak range, docs/budget.md), ``max_flow``;
                             fxremat's ``memory_budget_bytes``, ``budget_objective``,
-                            ``recompute_flops_per_byte``
+                            ``recompute_flops_per_byte``, ``budget_milp_max_variables``,
+                            ``budget_milp_max_nodes``
 ==========================  =============================================================
 
 Unknown option names are an error that lists the valid ones.

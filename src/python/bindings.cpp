@@ -232,15 +232,15 @@ PYBIND11_MODULE(_C, m) {
         std::unique_ptr<Graph> prepared = Unwrap(PrepareBudgetGraph(*graph, request));
         BudgetMilp m = Unwrap(BuildBudgetMilp(*prepared, request.mincut, budget_bytes));
         py::dict d;
-        d["variables"] = m.variables;
-        d["objective"] = m.objective;
-        d["lower"] = m.lower;
-        d["upper"] = m.upper;
-        d["rows"] = m.rows;
-        d["cols"] = m.cols;
-        d["coefs"] = m.coefs;
-        d["row_lower"] = m.row_lower;
-        d["row_upper"] = m.row_upper;
+        d["variables"] = m.program.variables;
+        d["objective"] = m.program.objective;
+        d["lower"] = m.program.lower;
+        d["upper"] = m.program.upper;
+        d["rows"] = m.program.rows;
+        d["cols"] = m.program.cols;
+        d["coefs"] = m.program.coefs;
+        d["row_lower"] = m.program.row_lower;
+        d["row_upper"] = m.program.row_upper;
         d["save_variables"] = m.save_variables;
         d["save_names"] = m.save_names;
         d["constant_infeasible"] = m.constant_infeasible;
@@ -250,6 +250,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("budget_bytes") = 0,
       "The budget MILP (Note [Budget MILP] in passes/budget_partition.h) of a joint graph document at a byte "
       "budget, as sparse arrays for scipy.optimize.milp; all variables binary.");
+  m.def("budget_milp_solver_available", &BinaryProgramSolverAvailable,
+        "Whether this build solves the budget MILP itself (COIN-OR CBC; option budget_milp_max_variables).");
   m.def(
       "evaluate_saved",
       [](const py::dict& document, const std::vector<std::string>& saved, const std::map<std::string, std::string>& options,

@@ -43,15 +43,15 @@ def test_milp_is_a_sound_model_on_a_chain():
     assert solve_budget_milp(doc, 0).status == "infeasible"
 
 
-def test_solver_against_the_milp():
+def _cross_check(graphs, options):
     points = competitive = solved = within_objective = 0
     losses = []
-    for name in GRAPHS:
+    for name in graphs:
         doc = _load(name)
-        front = [p for p in _C.peak_front(doc, {}, None, 3) if p["label"].startswith("budget ")]
+        front = [p for p in _C.peak_front(doc, options, None, 3) if p["label"].startswith("budget ")]
         for point in front:
             budget, ours = point["peak_bytes"], point["recompute_cost"]
-            answer = solve_budget_milp(doc, budget, time_limit=20)
+            answer = solve_budget_milp(doc, budget, time_limit=600)  # no early stop: deterministic
             if answer.objective is not None:
                 solved += 1
                 within_objective += ours <= answer.objective * 1.01 + 1e-9
@@ -65,11 +65,36 @@ def test_solver_against_the_milp():
                 losses.append((name, budget, ours, sim["recompute_cost"]))
     print(f"MILP solved at {solved} points, ours within 1% of its objective at {within_objective}; "
           f"its saved set within the budget at {points}, ours no costlier at {competitive}; losses: {losses}")
+    return solved, within_objective, points, competitive, losses
+
+
+def test_solver_against_the_milp():
+    solved, _, points, competitive, losses = _cross_check(GRAPHS, {})
     assert solved >= len(GRAPHS)  # the reference itself works
     assert points >= 10
-    # Measured at landing: 13 of 19 (68%); over the whole small corpus 96 of 129
+    # Measured at landing: 12 of 19 (63%); over the whole small corpus 96 of 129
     # (docs/benchmarks_budget_milp.md). The target, 95%, is not met: the
     # MILP's saved sets differ from the solver's by exchanges of many values at
     # once, which its local search (single and pair moves) does not reach. This
     # bound guards against regressions.
     assert competitive >= 0.6 * points, losses
+
+
+@pytest.mark.skipif(not _C.budget_milp_solver_available(), reason="fxremat built without COIN-OR CBC")
+def test_milp_candidate_closes_the_gap():
+    # With the solver's own MILP candidate (CBC, budget_milp_max_variables),
+    # it is no costlier than the HiGHS reference's partition at every point
+    # where that partition fits, and cheaper than the heuristic alone on the
+    # graphs where the heuristic lost above.
+    graphs = ["t5_shift_right", "random/random_0000", "random/random_0005", "random/random_0006"]
+    options = {"budget_milp_max_variables": "4000"}
+    _, _, points, competitive, losses = _cross_check(graphs, options)
+    assert points >= 3 and competitive == points, losses
+    cheaper = 0
+    for name in graphs:
+        doc = _load(name)
+        plain = [p["recompute_cost"] for p in _C.peak_front(doc, {}, None, 3) if p["label"].startswith("budget ")]
+        exact = [p["recompute_cost"] for p in _C.peak_front(doc, options, None, 3) if p["label"].startswith("budget ")]
+        assert all(e <= p * 1.0000001 for e, p in zip(exact, plain)), (name, plain, exact)
+        cheaper += sum(e < p for e, p in zip(exact, plain))
+    assert cheaper >= 2
