@@ -16,7 +16,7 @@ import json
 import pytest
 
 from fxremat import _C
-from fxremat.testing.milp import solve_budget_milp
+from fxremat.testing.milp import budget_targets, solve_budget_milp
 
 from conftest import TESTDATA
 
@@ -48,9 +48,11 @@ def _cross_check(graphs, options):
     losses = []
     for name in graphs:
         doc = _load(name)
-        front = [p for p in _C.peak_front(doc, options, None, 3) if p["label"].startswith("budget ")]
-        for point in front:
-            budget, ours = point["peak_bytes"], point["recompute_cost"]
+        full = _C.peak_front(doc, options, None, 3)
+        targets = budget_targets(full)
+        for point in (p for p in full if p["label"].startswith("budget ")):
+            # The byte bound behind the fraction: the solver and the MILP get the same.
+            budget, ours = targets[point["label"]], point["recompute_cost"]
             answer = solve_budget_milp(doc, budget, time_limit=600)  # no early stop: deterministic
             if answer.objective is not None:
                 solved += 1
@@ -72,12 +74,13 @@ def test_solver_against_the_milp():
     solved, _, points, competitive, losses = _cross_check(GRAPHS, {})
     assert solved >= len(GRAPHS)  # the reference itself works
     assert points >= 10
-    # Measured at landing: 12 of 19 (63%); over the whole small corpus 96 of 129
-    # (docs/benchmarks_budget_milp.md). The target, 95%, is not met: the
+    # Measured at landing: 11 of 19 (58%), each side at the same byte bound; the
+    # whole small corpus is in docs/benchmarks_budget_milp.md. The target,
+    # 95%, is not met by the default solver (its MILP candidate, below, is slow): the
     # MILP's saved sets differ from the solver's by exchanges of many values at
     # once, which its local search (single and pair moves) does not reach. This
     # bound guards against regressions.
-    assert competitive >= 0.6 * points, losses
+    assert competitive >= 0.55 * points, losses
 
 
 @pytest.mark.skipif(not _C.budget_milp_solver_available(), reason="fxremat built without COIN-OR CBC")

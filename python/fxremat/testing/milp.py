@@ -73,3 +73,16 @@ def solve_budget_milp(
     saved = [name for var, name in zip(m["save_variables"], m["save_names"]) if res.x[var] > 0.5]
     simulated = _C.evaluate_saved(dict(document), saved, opts)
     return MilpAnswer(status, float(res.fun), saved, simulated, n, rows, seconds)
+
+
+def budget_targets(front: list[dict]) -> dict[str, int]:
+    """The byte budget behind each "budget F" point of ``_C.peak_front``'s answer:
+    smallest + floor(F * (min cut - smallest)), the smallest being the lowest
+    candidate peak (Note [Peak budget]), so that a reference can be given the
+    same bound the solver had."""
+    candidates = [p for p in front if not p["label"].startswith("budget ")]
+    lo = min(p["peak_bytes"] for p in candidates)
+    hi = max(lo, next(p["peak_bytes"] for p in candidates if p["label"] == "min cut"))
+    return {
+        p["label"]: lo + int(float(p["label"].split()[1]) * (hi - lo)) for p in front if p["label"].startswith("budget ")
+    }
