@@ -868,6 +868,7 @@ Expected<BudgetSolution> SolvePeakBudget(const Graph& prepared, const MinCutOpti
   s.recompute_cost = chosen.ev.cost;
   s.min_cut_recompute_cost = solver.minCut().ev.cost;
   s.candidates_evaluated = solver.evaluations();
+  s.label = chosen.label;
   return s;
 }
 

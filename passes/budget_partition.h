@@ -57,6 +57,7 @@ struct BudgetSolution {
   double recompute_cost = 0;        // flops-equivalent recomputed in the backward
   double min_cut_recompute_cost = 0;
   int64_t candidates_evaluated = 0;
+  std::string label;  // the winning candidate ("segments of <= 4096 B + local search")
 };
 
 // Whether the options ask for a peak budget (budget_objective "peak" and a

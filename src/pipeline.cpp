@@ -77,6 +77,39 @@ Expected<std::unique_ptr<Graph>> FoldAnnotationsIfAny(const Graph& joint, const 
   return folded;
 }
 
+// Note [Saved-value rules]
+// Every saved value carries the rule that decided it (SavedValue::rule; the
+// residual report prints it, the signature stores it). In order of precedence:
+//   "input"                          a primal: the backward may always read it;
+//   "policy <DECISION>"              a policy or tag that saves or offloads it;
+//   "random op (never replayed)"     its op draws random numbers;
+//   "reads a mutated input"          Note [Mutated inputs];
+//   "must be in the forward"         the op may not run in the backward;
+//   "forward output"                 the caller holds it anyway;
+// otherwise the partitioner's own choice: "min cut", "default partition" (what
+// the backward reads of the forward), or "budget: <candidate>" (the peak-budget
+// solver's winning candidate, e.g. "segments of <= 4096 B + local search").
+void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& partitioner_rule) {
+  std::vector<bool> is_forward_output(g.size(), false);
+  const std::vector<Node*> outputs = g.outputValues();
+  for (size_t i = 0; i < outputs.size() && i < static_cast<size_t>(p.signature.num_fwd_outputs); ++i)
+    if (outputs[i]) is_forward_output[outputs[i]->index()] = true;
+  for (SavedValue& v : p.signature.saved) {
+    if (!v.rule.empty()) continue;
+    const Node* n = g.findNode(v.name);
+    const Node* tuple = n && n->isGetItem() && !n->inputs().empty() ? n->inputs()[0] : nullptr;
+    auto any = [&](auto pred) { return (n && pred(*n)) || (tuple && pred(*tuple)); };
+    if (n && n->isPlaceholder()) v.rule = "input";
+    else if (v.decision.find("SAVE") != std::string::npos || v.decision.find("OFFLOAD") != std::string::npos)
+      v.rule = "policy " + v.decision;  // a PREFER_RECOMPUTE value saved anyway is the partitioner's choice
+    else if (any([](const Node& x) { return IsRandomOp(x); })) v.rule = "random op (never replayed)";
+    else if (any([](const Node& x) { return !x.meta().reads_mutated.empty(); })) v.rule = "reads a mutated input";
+    else if (any([](const Node& x) { return MustBeInForward(x); })) v.rule = "must be in the forward";
+    else if (n && is_forward_output[n->index()]) v.rule = "forward output";
+    else v.rule = partitioner_rule;
+  }
+}
+
 }  // namespace
 
 Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& options) {
@@ -141,8 +174,10 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
     FXREMAT_ASSIGN_OR_RETURN(p, DefaultPartition(*g));
     for (SavedValue& v : p.signature.saved)
       if (const Node* n = g->findNode(v.name); n && n->meta().offload_requested) v.offloaded = true;
+    AssignSavedValueRules(p, *g, "default partition");
   } else {
     FXREMAT_ASSIGN_OR_RETURN(p, MinCutPartition(*g, request.mincut));
+    AssignSavedValueRules(p, *g, "min cut");  // the budget solver names its own (CutPreparedGraph)
   }
   // The order AOTAutograd's reference gives its graphs: the min cut always
   // mimics the autograd engine in the backward, the default partition when

@@ -64,10 +64,14 @@ std::string ResidualReport(const Signature& sig) {
     descriptions.push_back(fmt::format("{} {}", ShortType(s->facts), Origin(*s, sig)));
     width = std::max(width, descriptions.back().size());
   }
+  // The rule that decided each value, as a column of its own when known.
+  size_t rule_width = 0;
+  for (const SavedValue* s : order) rule_width = std::max(rule_width, s->rule.size());
   std::string out;
   for (size_t i = 0; i < order.size(); ++i) {
     const SavedValue& s = *order[i];
-    out += fmt::format("{:<{}}  {:<9}  fw_out {}  bw_in {}\n", descriptions[i], width,
+    const std::string rule = rule_width == 0 ? "" : fmt::format("{:<{}}  ", s.rule, rule_width);
+    out += fmt::format("{:<{}}  {}{:<9}  fw_out {}  bw_in {}\n", descriptions[i], width, rule,
                        s.offloaded ? "offloaded" : "saved", s.forward_output_index, s.backward_input_index);
   }
   const int64_t offloaded = sig.offloadedBytes();

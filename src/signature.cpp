@@ -205,6 +205,7 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
     e["bytes"] = s.bytes;
     e["names"] = s.names;
     e["decision"] = s.decision.empty() ? ojson(nullptr) : ojson(s.decision);
+    if (!s.rule.empty()) e["rule"] = s.rule;
     e["offloaded"] = s.offloaded;
     if (s.no_vc_check) e["no_vc_check"] = true;
     e["origin_op"] = s.origin_op.empty() ? ojson(nullptr) : ojson(s.origin_op);
@@ -311,6 +312,7 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
       if (s.contains("names") && s["names"].is_array()) v.names = s["names"].get<std::vector<std::string>>();
       if (v.names.empty() && v.annotation) v.names.push_back(*v.annotation);
       if (s.contains("decision") && s["decision"].is_string()) v.decision = s["decision"].get<std::string>();
+      if (s.contains("rule") && s["rule"].is_string()) v.rule = s["rule"].get<std::string>();
       if (s.contains("offloaded") && s["offloaded"].is_boolean()) v.offloaded = s["offloaded"].get<bool>();
       if (s.contains("no_vc_check") && s["no_vc_check"].is_boolean()) v.no_vc_check = s["no_vc_check"].get<bool>();
       if (s.contains("origin_op") && s["origin_op"].is_string()) v.origin_op = s["origin_op"].get<std::string>();

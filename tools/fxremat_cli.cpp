@@ -176,9 +176,9 @@ std::string Describe(const SavedValue& s) {
   std::string facts = FormatValueFacts(s.facts);
   std::string names;
   for (const std::string& name : s.names) names += (names.empty() ? "" : ", ") + fmt::format("'{}'", name);
-  return fmt::format("  {:<24} {:<36} {:>10} B  fw out {:>3} -> bw in {:>3}{}{}", s.name, facts, s.bytes,
+  return fmt::format("  {:<24} {:<36} {:>10} B  fw out {:>3} -> bw in {:>3}{}{}{}", s.name, facts, s.bytes,
                      s.forward_output_index, s.backward_input_index, names.empty() ? "" : "  named " + names,
-                     s.offloaded ? "  offloaded" : "");
+                     s.offloaded ? "  offloaded" : "", s.rule.empty() ? "" : "  (" + s.rule + ")");
 }
 
 // "64MiB", "1.5GB", "4096" -> bytes.

@@ -40,6 +40,10 @@ struct SavedValue {
   std::optional<std::string> annotation;  // first name given by a naming op, if any
   std::vector<std::string> names;         // every name given by naming ops, in order
   std::string decision;                   // policy/tag decision that applied ("PREFER_SAVE"), "" if none
+  // Why it is saved, in words (Note [Saved-value rules] in src/pipeline.cpp):
+  // "input", "policy MUST_SAVE", "random op (never replayed)", "min cut",
+  // "budget: segments of <= 4096 B + local search", ...; "" when unknown.
+  std::string rule;
   // Saved in host memory: the forward copies it to host, the backward reloads it
   // (Note [Offload] in passes/emit_offload.h). `facts` stay the device value's.
   bool offloaded = false;

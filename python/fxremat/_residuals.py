@@ -42,6 +42,7 @@ class Residual:
     op: str | None = None  # "aten.sin.default"
     location: str | None = None  # "prog.py:12 (g)"
     decision: str = ""
+    rule: str = ""  # why it is saved (Note [Saved-value rules]): "input", "min cut", "budget: ..."
     offloaded: bool = False
     forward_output_index: int = -1
     backward_input_index: int = -1
@@ -149,7 +150,7 @@ def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = No
             kind, what = "op", _short_op(op) if op else name
         short_type, origin = described[name]
         out.append(Residual(shape=short_type, origin=origin, kind=kind, what=what, name=name, names=names, op=op,
-                            location=location, decision=s.get("decision", "") or "",
+                            location=location, decision=s.get("decision", "") or "", rule=s.get("rule", "") or "",
                             offloaded=bool(s.get("offloaded", False)),
                             forward_output_index=int(s["forward_output_index"]),
                             backward_input_index=int(s["backward_input_index"]), bytes=int(s.get("bytes", 0))))

@@ -85,6 +85,21 @@ TEST_CASE("the residual report names each saved value the way JAX does") {
   CHECK(ResidualReport(empty) == "0 residuals: 0 B saved on device, 0 B offloaded to host\n");
 }
 
+TEST_CASE("the report names the rule that saved each value when the signature has it") {
+  // Note [Saved-value rules]
+  Signature sig = HandMade();
+  for (SavedValue& v : sig.saved) v.rule = v.name == "primals_1" ? "input" : "min cut";
+  CHECK(ResidualReport(sig) ==
+        "f32[5,4] from the argument primals_1 (W1)  input    saved      fw_out 1  bw_in 1\n"
+        "f32[s0] named 'a', 'b' (prog.py:12 (f4))   min cut  saved      fw_out 2  bw_in 2\n"
+        "f32[5] output of aten.sin (prog.py:6 (g))  min cut  offloaded  fw_out 3  bw_in 3\n"
+        "Sym(s0) output of aten.sym_size            min cut  saved      fw_out 4  bw_in 0\n"
+        "4 residuals: 112 B saved on device, 20 B offloaded to host, 1 symint on the autograd context\n");
+  auto parsed = SignatureFromJson(SignatureToJson(sig), "sig");
+  REQUIRE(parsed.ok());
+  CHECK(ResidualReport(*parsed) == ResidualReport(sig));
+}
+
 TEST_CASE("the signature's names and offload keys survive JSON; old files read without them") {
   Signature sig = HandMade();
   const std::string json = SignatureToJson(sig);

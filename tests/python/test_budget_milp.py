@@ -101,3 +101,20 @@ def test_milp_candidate_closes_the_gap():
         assert all(e <= p * 1.0000001 for e, p in zip(exact, plain)), (name, plain, exact)
         cheaper += sum(e < p for e, p in zip(exact, plain))
     assert cheaper >= 2
+
+
+def test_every_saved_value_names_its_rule():
+    # Note [Saved-value rules]: the signature and the residual report say why each
+    # value is saved -- the inputs, a policy, the min cut, the budget's candidate.
+    doc = _load("t5_shift_right")
+    _, _, sig = _C.partition_document(doc)
+    rules = {s["name"]: s["rule"] for s in sig["saved"]}
+    assert all(rules.values()), rules
+    assert {r for n, r in rules.items() if n.startswith("primals_")} == {"input"}
+    assert "min cut" in rules.values()
+    _, _, sig = _C.partition_document(doc, options={"activation_memory_budget": "0.3"})
+    assert any(r.startswith("budget: ") for r in (s["rule"] for s in sig["saved"])), sig["saved"]
+    _, _, sig = _C.partition_document(doc, policy=_C.parse_policy("dots_saveable"))
+    assert "policy PREFER_SAVE" in {s["rule"] for s in sig["saved"]}
+    report = _C.residual_report(json.dumps(sig))
+    assert "policy PREFER_SAVE  saved" in report
