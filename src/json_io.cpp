@@ -422,12 +422,6 @@ class GraphReader {
   NameIndex index_of_;
   std::vector<std::string_view> names_;  // by index
   std::vector<Node*> created_;
-  // The references CheckReferences resolved, node after node in reading order
-  // (node i's from ref_begin_[i]): ReadArgument takes the next one when its
-  // name matches, and looks the name up only otherwise.
-  std::vector<size_t> ref_targets_;
-  std::vector<size_t> ref_begin_;
-  size_t ref_cursor_ = 0, ref_end_ = 0;
   const JsonPath root_;
 };
 
@@ -590,8 +584,6 @@ Status GraphReader<V>::CheckReferences(const std::vector<V>& nodes) {
     if (auto kwargs = f.find("kwargs")) CollectRefs(*kwargs, refs);
   };
   std::optional<std::pair<size_t, size_t>> first_forward_ref;
-  ref_begin_.assign(1, 0);
-  ref_targets_.clear();
   for (size_t i = 0; i < nodes.size(); ++i) {
     collect(i);
     for (std::string_view ref : refs) {
@@ -601,9 +593,7 @@ Status GraphReader<V>::CheckReferences(const std::vector<V>& nodes) {
                     fmt::format("node '{}' references '{}', which is not a node of this graph "
                                 "(dangling reference)", names[i], ref));
       if (target >= i && !first_forward_ref) first_forward_ref = std::make_pair(i, target);
-      ref_targets_.push_back(target);
     }
-    ref_begin_.push_back(ref_targets_.size());
   }
   if (!first_forward_ref) return Status::Ok();
   // Only now (the input is refused either way) the whole reference graph.
@@ -801,12 +791,7 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
       if (j.size() != 1) break;
       auto [key, value] = j.only_field();
       if (key == "node" && value.kind() == JKind::kString) {
-        size_t target = std::numeric_limits<size_t>::max();
-        if (ref_cursor_ < ref_end_ && names_[ref_targets_[ref_cursor_]] == value.str()) {
-          target = ref_targets_[ref_cursor_++];
-        } else {
-          target = index_of_.Find(value.str());  // kEmpty when absent
-        }
+        const size_t target = index_of_.Find(value.str());  // kEmpty when absent
         if (target >= created_.size())
           return Fail(path, fmt::format("node '{}' references '{}', which is not defined before it", node_name,
                                         value.str()));
@@ -920,10 +905,15 @@ template <typename V>
 Status GraphReader<V>::ReadNode(const V& j, size_t index) {
   const JsonPath nodes_path(root_, "nodes");
   const JsonPath path(nodes_path, index);
+  if (j.kind() != JKind::kObject) return Fail(path, "expected a node object");
   const auto& f = j.fields();
-  ref_cursor_ = ref_begin_[index];
-  ref_end_ = ref_begin_[index + 1];
-  const std::string_view name = f.find("name")->str();
+  // The checks of CheckReferences, node by node (Note [One pass over the nodes]).
+  auto name_field = f.find("name");
+  if (!IsString(name_field)) return Fail(JsonPath(path, "name"), "missing node name");
+  const std::string_view name = name_field->str();
+  if (name.empty() || !IsPythonIdentifier(name)) return Fail(JsonPath(path, "name"), "not an identifier");
+  names_[index] = name;
+  if (index_of_.Insert(index) != NameIndex::kEmpty) return Fail(JsonPath(path, "name"), "duplicate node name");
   auto op_field = f.find("op");
   if (!IsString(op_field)) return Fail(JsonPath(path, "op"), fmt::format("node '{}' has no op", name));
   const std::string_view op_name = op_field->str();
@@ -1128,9 +1118,22 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
     nodes.push_back(n);
     return Status::Ok();
   });
-  FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));
+  // Note [One pass over the nodes]: CheckReferences' errors (names, dangling
+  // and forward references, cycles) come before any node's own error, so the
+  // reader used to walk all nodes twice. Now one pass reads each node after
+  // checking its name and resolving its references among the nodes before it;
+  // on the first error of any kind, CheckReferences runs over the whole list
+  // and its error, if any, is the one reported. A node whose name or
+  // references that pass refuses always fails CheckReferences too.
+  names_.assign(nodes.size(), std::string_view());
+  index_of_.Reset(&names_, nodes.size());
   created_.reserve(nodes.size());
-  for (size_t i = 0; i < nodes.size(); ++i) FXREMAT_RETURN_IF_ERROR(ReadNode(nodes[i], i));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (Status s = ReadNode(nodes[i], i); !s.ok()) {
+      FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));
+      return s;
+    }
+  }
   if (graph_->outputNode() == nullptr)
     return Fail("/nodes", "the graph has no output node");
   FXREMAT_RETURN_IF_ERROR(InferRolesAndTangents());
