@@ -497,7 +497,9 @@ template <typename V>
 Status GraphReader<V>::ReadOps(const V& ops) {
   if (ops.kind() != JKind::kObject) return Fail("/ops", "expected an object");
   const JsonPath ops_path(root_, "ops");
-  for (const auto& [target, facts] : ops.items()) {
+  for (const auto& item : ops.items()) {
+    const std::string_view target = item.first;
+    const V& facts = item.second;  // not a structured binding: the lambda below captures it
     const JsonPath path(ops_path, target);
     if (!IsDottedName(target)) return Fail(path, fmt::format("op '{}' is not a dotted name (identifiers joined by '.')", target));
     if (facts.kind() != JKind::kObject) return Fail(path, "expected an object");
