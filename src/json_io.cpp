@@ -1,6 +1,9 @@
 // JSON reader and writer for the graph format of docs/format.md, and the
-// file helpers (gzip-aware reading, atomic writing). nlohmann::json throws; all
-// of its exceptions are caught in this file and become Status errors.
+// file helpers (gzip-aware reading, atomic writing). Files are read through
+// simdjson and written by a streaming writer (Notes [Two JSON front ends] and
+// [Streaming writer]); nlohmann::json reads the Python binding's documents and
+// names malformed JSON. nlohmann::json throws; all of its exceptions are caught
+// in this file and become Status errors.
 #include <unistd.h>
 #include <zlib.h>
 
@@ -13,8 +16,16 @@
 #include <map>
 #include <set>
 
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <unordered_map>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
@@ -33,200 +44,566 @@ using ojson = nlohmann::ordered_json;
 // Reading
 // ---------------------------------------------------------------------------
 
-// Reads one JSON document into a Graph, tracking the JSON path for errors.
-class GraphReader {
+// Note [Two JSON front ends]: one GraphReader reads a document through either
+// of two views with one interface, so that both give the same graph and the
+// same error, message and JSON path alike:
+//   SimdValue      a simdjson tape (simdjson::dom, runtime-dispatched SIMD): the
+//                  files the CLI and LoadGraphFile read. One allocation per
+//                  parse, no per-value malloc (docs/benchmarks_io.md measured
+//                  the candidate parsers).
+//   NlohmannValue  an nlohmann::json DOM: documents the Python binding hands
+//                  over as dicts, and every document simdjson refuses, so that
+//                  malformed JSON keeps nlohmann's message (line and column).
+// nlohmann's `json` keeps an object's keys sorted and unique (the last of
+// duplicate keys wins); SimdValue's items(), find() and size() give the same
+// view of a simdjson object, so kwargs come out in the same order and the same
+// first error is found.
+
+// The JSON kinds the reader tells apart; kInt is any integer that fits int64,
+// kBigUnsigned one above INT64_MAX (refused where an int64 is needed).
+enum class JKind : uint8_t { kNull, kBool, kInt, kBigUnsigned, kFloat, kString, kArray, kObject, kOther };
+
+class NlohmannValue {
  public:
-  Expected<std::unique_ptr<Graph>> Read(const json& doc);
+  explicit NlohmannValue(const json& j) : j_(&j) {}
+  JKind kind() const {
+    switch (j_->type()) {
+      case json::value_t::null: return JKind::kNull;
+      case json::value_t::boolean: return JKind::kBool;
+      case json::value_t::number_integer: return JKind::kInt;
+      case json::value_t::number_unsigned:
+        return j_->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? JKind::kBigUnsigned
+                                                                                              : JKind::kInt;
+      case json::value_t::number_float: return JKind::kFloat;
+      case json::value_t::string: return JKind::kString;
+      case json::value_t::array: return JKind::kArray;
+      case json::value_t::object: return JKind::kObject;
+      default: return JKind::kOther;
+    }
+  }
+  const char* type_name() const { return j_->type_name(); }
+  bool boolean() const { return j_->get<bool>(); }
+  int64_t int64() const { return j_->get<int64_t>(); }
+  uint64_t uint64() const { return j_->get<uint64_t>(); }
+  double number() const { return j_->get<double>(); }
+  std::string_view str() const { return j_->get_ref<const std::string&>(); }
+  size_t size() const { return j_->size(); }
+  NlohmannValue at(size_t i) const { return NlohmannValue((*j_)[i]); }
+  std::optional<NlohmannValue> find(std::string_view key) const {
+    auto it = j_->find(key);
+    if (it == j_->end()) return std::nullopt;
+    return NlohmannValue(*it);
+  }
+  // Objects: the fields in key order.
+  std::vector<std::pair<std::string_view, NlohmannValue>> items() const {
+    std::vector<std::pair<std::string_view, NlohmannValue>> out;
+    out.reserve(j_->size());
+    for (auto it = j_->begin(); it != j_->end(); ++it) out.emplace_back(it.key(), NlohmannValue(it.value()));
+    return out;
+  }
+  // Objects of one field: that field.
+  std::pair<std::string_view, NlohmannValue> only_field() const {
+    return {j_->begin().key(), NlohmannValue(j_->begin().value())};
+  }
+  // Arrays: calls fn(element) in order until it returns an error.
+  template <typename Fn>
+  Status each(Fn&& fn) const {
+    for (const json& e : *j_) FXREMAT_RETURN_IF_ERROR(fn(NlohmannValue(e)));
+    return Status::Ok();
+  }
+  std::string dump() const { return j_->dump(); }
+  // For reading many fields of one object: nlohmann's own lookup.
+  const NlohmannValue& fields() const { return *this; }
 
  private:
-  Status Fail(const std::string& path, const std::string& message) {
-    return Status::BadInput(message, path);
-  }
-  // An integer that fits int64 (a JSON integer above INT64_MAX is refused, not
-  // wrapped to a negative number).
-  Expected<int64_t> ReadInt64(const json& j, const std::string& path, const char* what) {
-    if (!j.is_number_integer()) return Fail(path, fmt::format("expected {}", what));
-    if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return Fail(path, fmt::format("the integer {} is outside int64", j.get<uint64_t>()));
-    return j.get<int64_t>();
-  }
-  Status ReadHeader(const json& doc);
-  Status ReadOps(const json& ops);
-  Status CheckReferences(const json& nodes);
-  Status ReadNode(const json& j, size_t index);
-  Expected<Argument> ReadArgument(const json& j, const std::string& path, const std::string& node_name,
-                                  int depth = 0);
-  Expected<ValueFacts> ReadValueFacts(const json& j, const std::string& path, int depth = 0);
-  Expected<Dim> ReadDim(const json& j, const std::string& path);
-  Status ReadMeta(const json& j, const std::string& path, Node* node);
-  Status ReadConstants(const json& constants);
-  Expected<const SafetensorsEntry*> SidecarEntry(const std::string& file, const std::string& key,
-                                                 const std::string& path);
-
- public:
-  std::string sidecar_dir_;  // where sidecar files are; empty: none may be referenced
-
- private:
-  std::map<std::string, std::map<std::string, SafetensorsEntry>> sidecars_;
-  Status InferRolesAndTangents();
-
-  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
-  bool has_tangent_outputs_ = false;
+  const json* j_;
 };
 
-const char* TypeName(const json& j) { return j.type_name(); }
+// GCC sees the default-constructed array/object of a failed get() (which
+// Checked() rules out) and warns of a null tape; the warning is off for this class.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnull-dereference"
 
-Status GraphReader::ReadHeader(const json& doc) {
-  if (!doc.is_object()) return Fail("/", fmt::format("expected a JSON object, got {}", TypeName(doc)));
-  if (!doc.contains("format") || doc["format"] != "fxremat.graph")
+// The reader asks a simdjson element for the type its kind() reported.
+void Checked(simdjson::error_code error) {
+  assert(error == simdjson::SUCCESS && "SimdValue: wrong type asked of an element");
+  (void)error;
+}
+
+class SimdFields;
+
+class SimdValue {
+ public:
+  SimdValue() = default;
+  explicit SimdValue(simdjson::dom::element e) : e_(e) {}
+  JKind kind() const {
+    switch (e_.type()) {
+      case simdjson::dom::element_type::NULL_VALUE: return JKind::kNull;
+      case simdjson::dom::element_type::BOOL: return JKind::kBool;
+      case simdjson::dom::element_type::INT64: return JKind::kInt;
+      case simdjson::dom::element_type::UINT64:
+        return uint64() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? JKind::kBigUnsigned : JKind::kInt;
+      case simdjson::dom::element_type::DOUBLE: return JKind::kFloat;
+      case simdjson::dom::element_type::STRING: return JKind::kString;
+      case simdjson::dom::element_type::ARRAY: return JKind::kArray;
+      case simdjson::dom::element_type::OBJECT: return JKind::kObject;
+    }
+    return JKind::kOther;
+  }
+  // nlohmann's names, for the messages that name a type.
+  const char* type_name() const {
+    switch (kind()) {
+      case JKind::kNull: return "null";
+      case JKind::kBool: return "boolean";
+      case JKind::kString: return "string";
+      case JKind::kArray: return "array";
+      case JKind::kObject: return "object";
+      default: return "number";
+    }
+  }
+  bool boolean() const {
+    bool v = false;
+    Checked(e_.get_bool().get(v));
+    return v;
+  }
+  int64_t int64() const {
+    return e_.type() == simdjson::dom::element_type::UINT64 ? static_cast<int64_t>(uint64())
+                                                             : Get<int64_t>();
+  }
+  uint64_t uint64() const {
+    return e_.type() == simdjson::dom::element_type::INT64 ? static_cast<uint64_t>(Get<int64_t>())
+                                                            : Get<uint64_t>();
+  }
+  double number() const {
+    switch (e_.type()) {
+      case simdjson::dom::element_type::INT64: return static_cast<double>(Get<int64_t>());
+      case simdjson::dom::element_type::UINT64: return static_cast<double>(Get<uint64_t>());
+      default: return Get<double>();
+    }
+  }
+  std::string_view str() const {
+    std::string_view v;
+    Checked(e_.get_string().get(v));
+    return v;
+  }
+  // Arrays: the element count; objects: the number of distinct keys.
+  size_t size() const {
+    if (e_.type() == simdjson::dom::element_type::ARRAY) return Array().size();
+    simdjson::dom::object object = Object();
+    const size_t n = object.size();
+    return n <= 1 ? n : items().size();
+  }
+  SimdValue at(size_t i) const {
+    simdjson::dom::element e;
+    Checked(Array().at(i).get(e));
+    return SimdValue(e);
+  }
+  // The last field named `key` (nlohmann keeps the last of duplicate keys).
+  std::optional<SimdValue> find(std::string_view key) const {
+    if (e_.type() != simdjson::dom::element_type::OBJECT) return std::nullopt;
+    std::optional<SimdValue> found;
+    for (simdjson::dom::key_value_pair field : Object())
+      if (field.key == key) found.emplace(field.value);
+    return found;
+  }
+  std::vector<std::pair<std::string_view, SimdValue>> items() const {
+    std::vector<std::pair<std::string_view, SimdValue>> out;
+    for (simdjson::dom::key_value_pair field : Object())
+      out.emplace_back(field.key, SimdValue(field.value));
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    // Of equal keys (now adjacent, in document order) keep the last.
+    size_t kept = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (i + 1 < out.size() && out[i + 1].first == out[i].first) continue;
+      out[kept++] = out[i];
+    }
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(kept), out.end());
+    return out;
+  }
+  std::pair<std::string_view, SimdValue> only_field() const {
+    std::optional<std::pair<std::string_view, SimdValue>> last;
+    for (simdjson::dom::key_value_pair field : Object()) last.emplace(field.key, SimdValue(field.value));
+    return *last;
+  }
+  template <typename Fn>
+  Status each(Fn&& fn) const {
+    for (simdjson::dom::element e : Array()) FXREMAT_RETURN_IF_ERROR(fn(SimdValue(e)));
+    return Status::Ok();
+  }
+  // Objects: fn(key, value) for every field in document order (none for another kind).
+  template <typename Fn>
+  void each_field(Fn&& fn) const {
+    if (e_.type() != simdjson::dom::element_type::OBJECT) return;
+    for (simdjson::dom::key_value_pair field : Object()) fn(field.key, SimdValue(field.value));
+  }
+  SimdFields fields() const;
+  // The value as nlohmann prints it (`const` values, messages). Recursion is
+  // bounded: the document passed the parser's depth limit (kMaxJsonDepth).
+  std::string dump() const { return ToNlohmann().dump(); }
+  json ToNlohmann() const {
+    switch (kind()) {
+      case JKind::kNull: return nullptr;
+      case JKind::kBool: return boolean();
+      case JKind::kInt:
+        if (e_.type() == simdjson::dom::element_type::UINT64 || int64() >= 0) return uint64();  // as nlohmann parses it
+        return int64();
+      case JKind::kBigUnsigned: return uint64();
+      case JKind::kFloat: return number();
+      case JKind::kString: return std::string(str());
+      case JKind::kArray: {
+        json out = json::array();
+        for (simdjson::dom::element e : Array()) out.push_back(SimdValue(e).ToNlohmann());
+        return out;
+      }
+      case JKind::kObject: {
+        json out = json::object();
+        for (simdjson::dom::key_value_pair field : Object())
+          out[std::string(field.key)] = SimdValue(field.value).ToNlohmann();
+        return out;
+      }
+      case JKind::kOther: break;
+    }
+    return nullptr;
+  }
+
+ private:
+  // By value: a simdjson_result's value_unsafe() is a reference into the temporary.
+  template <typename T>
+  T Get() const {
+    T v{};
+    Checked(e_.get<T>().get(v));
+    return v;
+  }
+  simdjson::dom::object Object() const {
+    simdjson::dom::object object;
+    Checked(e_.get_object().get(object));
+    return object;
+  }
+  simdjson::dom::array Array() const {
+    simdjson::dom::array array;
+    Checked(e_.get_array().get(array));
+    return array;
+  }
+
+  simdjson::dom::element e_;
+};
+#pragma GCC diagnostic pop
+
+// The fields of one simdjson object gathered once (key views and elements side
+// by side), for readers that look up many of them: a lookup is a scan of a
+// few string_views instead of a walk of the tape.
+class SimdFields {
+ public:
+  explicit SimdFields(const SimdValue& object) {
+    object.each_field([&](std::string_view key, const SimdValue& value) {
+      if (size_ < kInline) inline_[size_] = {key, value};
+      else overflow_.emplace_back(key, value);
+      ++size_;
+    });
+  }
+  // The last field named `key` (nlohmann keeps the last of duplicate keys).
+  std::optional<SimdValue> find(std::string_view key) const {
+    for (size_t i = overflow_.size(); i-- > 0;)
+      if (overflow_[i].first == key) return overflow_[i].second;
+    for (size_t i = std::min(size_, kInline); i-- > 0;)
+      if (inline_[i].first == key) return inline_[i].second;
+    return std::nullopt;
+  }
+
+ private:
+  static constexpr size_t kInline = 16;
+  std::array<std::pair<std::string_view, SimdValue>, kInline> inline_{};
+  std::vector<std::pair<std::string_view, SimdValue>> overflow_;
+  size_t size_ = 0;
+};
+
+SimdFields SimdValue::fields() const { return SimdFields(*this); }
+
+// A JSON path ("/nodes/3/args/0") as a chain of stack frames, rendered only
+// when an error names it: reading builds no strings for paths.
+class JsonPath {
+ public:
+  JsonPath() = default;  // the document
+  JsonPath(const JsonPath& parent, std::string_view key) : parent_(&parent), key_(key) {}
+  JsonPath(const JsonPath& parent, size_t index) : parent_(&parent), index_(index), is_index_(true) {}
+  std::string str() const {
+    if (!parent_) return "";
+    std::string out = parent_->str();
+    out += '/';
+    if (is_index_) out += std::to_string(index_);
+    else out += key_;
+    return out;
+  }
+
+ private:
+  const JsonPath* parent_ = nullptr;
+  std::string_view key_;
+  size_t index_ = 0;
+  bool is_index_ = false;
+};
+
+// Node names → their index in "nodes": open addressing over indices into a
+// names array (the names live in the document), so that a lookup touches one
+// slot and one name rather than a hash node and a std::string.
+class NameIndex {
+ public:
+  static constexpr size_t kEmpty = std::numeric_limits<size_t>::max();
+  void Reset(const std::vector<std::string_view>* names, size_t count) {
+    names_ = names;
+    size_t capacity = 16;
+    while (capacity < 2 * count) capacity *= 2;
+    slots_.assign(capacity, kEmpty);
+  }
+  // Adds names[index]; returns the index already holding that name, or kEmpty.
+  size_t Insert(size_t index) {
+    const std::string_view name = (*names_)[index];
+    for (size_t slot = Slot(name);; slot = (slot + 1) & (slots_.size() - 1)) {
+      if (slots_[slot] == kEmpty) {
+        slots_[slot] = index;
+        return kEmpty;
+      }
+      if ((*names_)[slots_[slot]] == name) return slots_[slot];
+    }
+  }
+  size_t Find(std::string_view name) const {
+    if (slots_.empty()) return kEmpty;
+    for (size_t slot = Slot(name);; slot = (slot + 1) & (slots_.size() - 1)) {
+      if (slots_[slot] == kEmpty || (*names_)[slots_[slot]] == name) return slots_[slot];
+    }
+  }
+
+ private:
+  size_t Slot(std::string_view name) const { return std::hash<std::string_view>()(name) & (slots_.size() - 1); }
+  const std::vector<std::string_view>* names_ = nullptr;
+  std::vector<size_t> slots_;
+};
+
+// Reads one JSON document into a Graph through a view V (Note [Two JSON front ends]).
+template <typename V>
+class GraphReader {
+ public:
+  explicit GraphReader(std::string sidecar_dir) : sidecar_dir_(std::move(sidecar_dir)) {}
+  Expected<std::unique_ptr<Graph>> Read(const V& doc);
+
+ private:
+  Status Fail(const std::string& path, const std::string& message) { return Status::BadInput(message, path); }
+  Status Fail(const JsonPath& path, const std::string& message) { return Status::BadInput(message, path.str()); }
+  // An integer that fits int64 (a JSON integer above INT64_MAX is refused, not
+  // wrapped to a negative number).
+  Expected<int64_t> ReadInt64(const V& j, const JsonPath& path, const char* what) {
+    const JKind kind = j.kind();
+    if (kind == JKind::kBigUnsigned) return Fail(path, fmt::format("the integer {} is outside int64", j.uint64()));
+    if (kind != JKind::kInt) return Fail(path, fmt::format("expected {}", what));
+    return j.int64();
+  }
+  static bool IsInteger(const V& j) { return j.kind() == JKind::kInt || j.kind() == JKind::kBigUnsigned; }
+  static bool IsString(const std::optional<V>& j) { return j && j->kind() == JKind::kString; }
+  static bool IsNullOrAbsent(const std::optional<V>& j) { return !j || j->kind() == JKind::kNull; }
+  Status ReadHeader(const V& doc);
+  Status ReadOps(const V& ops);
+  Status CheckReferences(const std::vector<V>& nodes);
+  Status ReadNode(const V& j, size_t index);
+  Expected<Argument> ReadArgument(const V& j, const JsonPath& path, std::string_view node_name, int depth = 0);
+  Expected<ValueFacts> ReadValueFacts(const V& j, const JsonPath& path, int depth = 0);
+  Expected<Dim> ReadDim(const V& j, const JsonPath& path);
+  Status ReadDims(const V& list, const JsonPath& path, std::vector<Dim>& out);
+  Status ReadMeta(const V& j, const JsonPath& path, Node* node);
+  Status ReadConstants(const V& constants);
+  Status InferRolesAndTangents();
+  Expected<const SafetensorsEntry*> SidecarEntry(const std::string& file, const std::string& key,
+                                                 const JsonPath& path);
+
+  std::string sidecar_dir_;  // where sidecar files are; empty: none may be referenced
+  std::map<std::string, std::map<std::string, SafetensorsEntry>> sidecars_;
+  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
+  bool has_tangent_outputs_ = false;
+  // Every node's name → its index in "nodes" (CheckReferences), and the nodes
+  // created so far by index: references resolve without the graph's name table.
+  NameIndex index_of_;
+  std::vector<std::string_view> names_;  // by index
+  std::vector<Node*> created_;
+  const JsonPath root_;
+};
+
+template <typename V>
+Status GraphReader<V>::ReadHeader(const V& doc) {
+  if (doc.kind() != JKind::kObject) return Fail("/", fmt::format("expected a JSON object, got {}", doc.type_name()));
+  auto format = doc.find("format");
+  if (!IsString(format) || format->str() != "fxremat.graph")
     return Fail("/format", "not an fxremat graph (expected \"format\": \"fxremat.graph\")");
-  if (!doc.contains("version") || !doc["version"].is_array() || doc["version"].size() != 2 ||
-      !doc["version"][0].is_number_integer() || !doc["version"][1].is_number_integer())
+  auto version = doc.find("version");
+  if (!version || version->kind() != JKind::kArray || version->size() != 2 || !IsInteger(version->at(0)) ||
+      !IsInteger(version->at(1)))
     return Fail("/version", "expected \"version\": [major, minor]");
-  int64_t major = doc["version"][0].get<int64_t>();
-  int64_t minor = doc["version"][1].get<int64_t>();
+  int64_t major = version->at(0).int64();
+  int64_t minor = version->at(1).int64();
   if (major != kFormatMajorVersion)
     return Fail("/version", fmt::format("unsupported format version {}.{}: this reader supports major "
                                         "version {} (files {}.x)",
                                         major, minor, kFormatMajorVersion, kFormatMajorVersion));
-  if (doc.contains("name")) {
-    if (!doc["name"].is_string()) return Fail("/name", "expected a string");
-    graph_->setName(doc["name"].get<std::string>());
+  if (auto name = doc.find("name")) {
+    if (name->kind() != JKind::kString) return Fail("/name", "expected a string");
+    graph_->setName(std::string(name->str()));
   }
-  if (!doc.contains("kind") || !doc["kind"].is_string())
-    return Fail("/kind", "missing graph kind (joint, forward, backward or plain)");
-  auto kind = GraphKindFromName(doc["kind"].get<std::string>());
-  if (!kind) return Fail("/kind", fmt::format("unknown graph kind '{}'", doc["kind"].get<std::string>()));
+  auto kind_field = doc.find("kind");
+  if (!IsString(kind_field)) return Fail("/kind", "missing graph kind (joint, forward, backward or plain)");
+  auto kind = GraphKindFromName(kind_field->str());
+  if (!kind) return Fail("/kind", fmt::format("unknown graph kind '{}'", kind_field->str()));
   graph_->setKind(*kind);
 
   if (*kind == GraphKind::kJoint) {
-    if (!doc.contains("joint") || !doc["joint"].is_object())
-      return Fail("/joint", "a joint graph needs a \"joint\" object");
-    const json& joint = doc["joint"];
-    if (!joint.contains("num_fwd_outputs") || !joint["num_fwd_outputs"].is_number_integer())
-      return Fail("/joint/num_fwd_outputs", "missing or not an integer");
-    graph_->joint().num_fwd_outputs = joint["num_fwd_outputs"].get<int64_t>();
-    if (joint.contains("output_paths") && !joint["output_paths"].is_null()) {
-      if (!joint["output_paths"].is_array()) return Fail("/joint/output_paths", "expected an array");
-      for (size_t i = 0; i < joint["output_paths"].size(); ++i) {
-        const json& p = joint["output_paths"][i];
-        if (p.is_null()) graph_->joint().output_paths.emplace_back(std::nullopt);
-        else if (p.is_string()) graph_->joint().output_paths.emplace_back(p.get<std::string>());
+    auto joint = doc.find("joint");
+    if (!joint || joint->kind() != JKind::kObject) return Fail("/joint", "a joint graph needs a \"joint\" object");
+    auto num_fwd_outputs = joint->find("num_fwd_outputs");
+    if (!num_fwd_outputs || !IsInteger(*num_fwd_outputs)) return Fail("/joint/num_fwd_outputs", "missing or not an integer");
+    graph_->joint().num_fwd_outputs = num_fwd_outputs->int64();
+    if (auto paths = joint->find("output_paths"); !IsNullOrAbsent(paths)) {
+      if (paths->kind() != JKind::kArray) return Fail("/joint/output_paths", "expected an array");
+      size_t i = 0;
+      FXREMAT_RETURN_IF_ERROR(paths->each([&](const V& p) -> Status {
+        if (p.kind() == JKind::kNull) graph_->joint().output_paths.emplace_back(std::nullopt);
+        else if (p.kind() == JKind::kString) graph_->joint().output_paths.emplace_back(std::string(p.str()));
         else return Fail(fmt::format("/joint/output_paths/{}", i), "expected a string or null");
-      }
+        ++i;
+        return Status::Ok();
+      }));
     }
-    if (joint.contains("tangent_outputs") && !joint["tangent_outputs"].is_null()) {
+    if (auto tangents = joint->find("tangent_outputs"); !IsNullOrAbsent(tangents)) {
       has_tangent_outputs_ = true;
-      if (!joint["tangent_outputs"].is_array()) return Fail("/joint/tangent_outputs", "expected an array");
-      for (size_t i = 0; i < joint["tangent_outputs"].size(); ++i) {
-        const json& t = joint["tangent_outputs"][i];
-        if (!t.is_number_integer())
-          return Fail(fmt::format("/joint/tangent_outputs/{}", i), "expected an integer");
-        graph_->joint().tangent_outputs.push_back(t.get<int64_t>());
-      }
+      if (tangents->kind() != JKind::kArray) return Fail("/joint/tangent_outputs", "expected an array");
+      size_t i = 0;
+      FXREMAT_RETURN_IF_ERROR(tangents->each([&](const V& t) -> Status {
+        if (!IsInteger(t)) return Fail(fmt::format("/joint/tangent_outputs/{}", i), "expected an integer");
+        graph_->joint().tangent_outputs.push_back(t.int64());
+        ++i;
+        return Status::Ok();
+      }));
     }
   }
-  if (doc.contains("symbols")) {
-    if (!doc["symbols"].is_object()) return Fail("/symbols", "expected an object");
-    for (const auto& [sym, hint] : doc["symbols"].items()) {
-      FXREMAT_ASSIGN_OR_RETURN(int64_t h, ReadInt64(hint, "/symbols/" + sym, "an integer hint"));
-      if (auto problem = SymbolHintProblem(sym, h)) return Fail("/symbols/" + sym, *problem);
-      graph_->symbols()[sym] = h;
+  if (auto symbols = doc.find("symbols")) {
+    if (symbols->kind() != JKind::kObject) return Fail("/symbols", "expected an object");
+    const JsonPath symbols_path(root_, "symbols");
+    for (const auto& [sym, hint] : symbols->items()) {
+      const JsonPath path(symbols_path, sym);
+      FXREMAT_ASSIGN_OR_RETURN(int64_t h, ReadInt64(hint, path, "an integer hint"));
+      if (auto problem = SymbolHintProblem(sym, h)) return Fail(path, *problem);
+      graph_->symbols()[std::string(sym)] = h;
     }
   }
   return Status::Ok();
 }
 
-Status GraphReader::ReadOps(const json& ops) {
-  if (!ops.is_object()) return Fail("/ops", "expected an object");
-  for (const auto& [target, facts] : ops.items()) {
-    const std::string path = "/ops/" + target;
+template <typename V>
+Status GraphReader<V>::ReadOps(const V& ops) {
+  if (ops.kind() != JKind::kObject) return Fail("/ops", "expected an object");
+  const JsonPath ops_path(root_, "ops");
+  for (const auto& item : ops.items()) {
+    const std::string_view target = item.first;
+    const V& facts = item.second;  // not a structured binding: the lambda below captures it
+    const JsonPath path(ops_path, target);
     if (!IsDottedName(target)) return Fail(path, fmt::format("op '{}' is not a dotted name (identifiers joined by '.')", target));
-    if (!facts.is_object()) return Fail(path, "expected an object");
+    if (facts.kind() != JKind::kObject) return Fail(path, "expected an object");
     std::string schema;
-    if (facts.contains("schema")) {
-      if (!facts["schema"].is_string()) return Fail(path + "/schema", "expected a string");
-      schema = facts["schema"].get<std::string>();
+    if (auto s = facts.find("schema")) {
+      if (s->kind() != JKind::kString) return Fail(JsonPath(path, "schema"), "expected a string");
+      schema = std::string(s->str());
     }
+    // torch.Tag names; the text form writes them bare (found by the fuzzer)
+    auto read_tags = [&](const char* key, std::vector<std::string>& out) -> Status {
+      auto list = facts.find(key);
+      if (!list) return Status::Ok();
+      const JsonPath tags_path(path, key);
+      if (list->kind() != JKind::kArray) return Fail(tags_path, "expected an array of strings");
+      return list->each([&](const V& t) -> Status {
+        if (t.kind() != JKind::kString) return Fail(tags_path, "expected an array of strings");
+        if (!IsPythonIdentifier(t.str()))
+          return Fail(tags_path, fmt::format("tag '{}' is not an identifier", t.str()));
+        out.emplace_back(t.str());
+        return Status::Ok();
+      });
+    };
     std::vector<std::string> tags;
-    if (facts.contains("tags")) {
-      if (!facts["tags"].is_array()) return Fail(path + "/tags", "expected an array of strings");
-      for (const json& t : facts["tags"]) {
-        if (!t.is_string()) return Fail(path + "/tags", "expected an array of strings");
-        // torch.Tag names; the text form writes them bare (found by the fuzzer)
-        if (!IsPythonIdentifier(t.get<std::string>()))
-          return Fail(path + "/tags", fmt::format("tag '{}' is not an identifier", t.get<std::string>()));
-        tags.push_back(t.get<std::string>());
-      }
-    }
+    FXREMAT_RETURN_IF_ERROR(read_tags("tags", tags));
     std::vector<std::string> packet_tags;
-    if (facts.contains("packet_tags")) {
-      if (!facts["packet_tags"].is_array()) return Fail(path + "/packet_tags", "expected an array of strings");
-      for (const json& t : facts["packet_tags"]) {
-        if (!t.is_string()) return Fail(path + "/packet_tags", "expected an array of strings");
-        // torch.Tag names; the text form writes them bare (found by the fuzzer)
-        if (!IsPythonIdentifier(t.get<std::string>()))
-          return Fail(path + "/packet_tags", fmt::format("tag '{}' is not an identifier", t.get<std::string>()));
-        packet_tags.push_back(t.get<std::string>());
-      }
-    }
-    auto info = MakeOpInfo(target, schema, std::move(tags));
-    if (!info.ok()) return info.status().WithContext(path);
+    FXREMAT_RETURN_IF_ERROR(read_tags("packet_tags", packet_tags));
+    auto info = MakeOpInfo(std::string(target), schema, std::move(tags));
+    if (!info.ok()) return info.status().WithContext(path.str());
     info->packet_tags = std::move(packet_tags);
-    graph_->ops().emplace(target, std::move(info).value());
+    graph_->ops().emplace(std::string(target), std::move(info).value());
   }
   return Status::Ok();
 }
 
-void CollectRefs(const json& j, std::vector<std::string>& out) {
-  if (j.is_object()) {
-    if (j.size() == 1 && j.contains("node") && j["node"].is_string()) {
-      out.push_back(j["node"].get<std::string>());
-      return;
+// Every {"node": NAME} in an argument, depth first, object fields in key order.
+// Recursion is bounded by the document's depth limit (kMaxJsonDepth).
+template <typename V>
+void CollectRefs(const V& j, std::vector<std::string_view>& out) {
+  const JKind kind = j.kind();
+  if (kind == JKind::kObject) {
+    if (j.size() == 1) {
+      auto [key, value] = j.only_field();
+      if (key == "node" && value.kind() == JKind::kString) {
+        out.push_back(value.str());
+        return;
+      }
     }
     for (const auto& [k, v] : j.items()) CollectRefs(v, out);
-  } else if (j.is_array()) {
-    for (const json& v : j) CollectRefs(v, out);
+  } else if (kind == JKind::kArray) {
+    (void)j.each([&](const V& v) {
+      CollectRefs(v, out);
+      return Status::Ok();
+    });
   }
 }
 
 // Before building anything: names unique, every reference resolves to some
 // node, and references point backwards. A forward reference is reported as a
 // cycle when the references form one, else as a use before definition.
-Status GraphReader::CheckReferences(const json& nodes) {
-  std::map<std::string, size_t> index_of;
+template <typename V>
+Status GraphReader<V>::CheckReferences(const std::vector<V>& nodes) {
+  names_.assign(nodes.size(), std::string_view());
+  index_of_.Reset(&names_, nodes.size());
+  std::vector<std::string_view>& names = names_;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::string path = fmt::format("/nodes/{}", i);
-    if (!nodes[i].is_object()) return Fail(path, "expected a node object");
-    if (!nodes[i].contains("name") || !nodes[i]["name"].is_string())
-      return Fail(path + "/name", "missing node name");
-    std::string name = nodes[i]["name"].get<std::string>();
-    if (name.empty()) return Fail(path + "/name", "empty node name");
+    if (nodes[i].kind() != JKind::kObject) return Fail(fmt::format("/nodes/{}", i), "expected a node object");
+    auto name_field = nodes[i].fields().find("name");
+    if (!IsString(name_field)) return Fail(fmt::format("/nodes/{}/name", i), "missing node name");
+    std::string_view name = name_field->str();
+    if (name.empty()) return Fail(fmt::format("/nodes/{}/name", i), "empty node name");
     if (!IsPythonIdentifier(name))
-      return Fail(path + "/name", fmt::format("node name '{}' is not a Python identifier", name));
-    auto [it, inserted] = index_of.emplace(name, i);
-    if (!inserted)
-      return Fail(path + "/name", fmt::format("duplicate node name '{}' (first defined at /nodes/{})",
-                                              name, it->second));
+      return Fail(fmt::format("/nodes/{}/name", i), fmt::format("node name '{}' is not a Python identifier", name));
+    names[i] = name;
+    if (size_t first = index_of_.Insert(i); first != NameIndex::kEmpty)
+      return Fail(fmt::format("/nodes/{}/name", i),
+                  fmt::format("duplicate node name '{}' (first defined at /nodes/{})", name, first));
   }
-  std::vector<std::vector<size_t>> edges(nodes.size());
+  // The references of node i, in order: args, then kwargs.
+  std::vector<std::string_view> refs;
+  auto collect = [&](size_t i) {
+    refs.clear();
+    const auto& f = nodes[i].fields();
+    if (auto args = f.find("args")) CollectRefs(*args, refs);
+    if (auto kwargs = f.find("kwargs")) CollectRefs(*kwargs, refs);
+  };
   std::optional<std::pair<size_t, size_t>> first_forward_ref;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    std::vector<std::string> refs;
-    if (nodes[i].contains("args")) CollectRefs(nodes[i]["args"], refs);
-    if (nodes[i].contains("kwargs")) CollectRefs(nodes[i]["kwargs"], refs);
-    const std::string name = nodes[i]["name"].get<std::string>();
-    for (const std::string& ref : refs) {
-      auto it = index_of.find(ref);
-      if (it == index_of.end())
+    collect(i);
+    for (std::string_view ref : refs) {
+      const size_t target = index_of_.Find(ref);
+      if (target == NameIndex::kEmpty)
         return Fail(fmt::format("/nodes/{}", i),
                     fmt::format("node '{}' references '{}', which is not a node of this graph "
-                                "(dangling reference)", name, ref));
-      edges[i].push_back(it->second);
-      if (it->second >= i && !first_forward_ref) first_forward_ref = std::make_pair(i, it->second);
+                                "(dangling reference)", names[i], ref));
+      if (target >= i && !first_forward_ref) first_forward_ref = std::make_pair(i, target);
     }
   }
   if (!first_forward_ref) return Status::Ok();
+  // Only now (the input is refused either way) the whole reference graph.
+  std::vector<std::vector<size_t>> edges(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    collect(i);
+    for (std::string_view ref : refs) edges[i].push_back(index_of_.Find(ref));
+  }
   // Look for a cycle with a DFS from every node (colors: 0 new, 1 on stack, 2
   // done). Iterative: the path can be as long as the graph (a chain listed
   // backwards), far deeper than the call stack allows.
@@ -264,8 +641,10 @@ Status GraphReader::CheckReferences(const json& nodes) {
     if (color[v] != 0) continue;
     if (auto cycle = dfs(v)) {
       std::string text;
-      for (size_t k = 0; k < cycle->size(); ++k)
-        text += (k ? " -> " : "") + nodes[(*cycle)[k]]["name"].get<std::string>();
+      for (size_t k = 0; k < cycle->size(); ++k) {
+        if (k) text += " -> ";
+        text += names[(*cycle)[k]];
+      }
       return Fail(fmt::format("/nodes/{}", cycle->front()),
                   fmt::format("cycle in the graph: {} (each node uses the next)", text));
     }
@@ -273,136 +652,155 @@ Status GraphReader::CheckReferences(const json& nodes) {
   auto [user, used] = *first_forward_ref;
   return Fail(fmt::format("/nodes/{}", user),
               fmt::format("node '{}' uses '{}' before it is defined (nodes must be in topological order)",
-                          nodes[user]["name"].get<std::string>(), nodes[used]["name"].get<std::string>()));
+                          names[user], names[used]));
 }
 
-Expected<Dim> GraphReader::ReadDim(const json& j, const std::string& path) {
-  if (j.is_number_integer()) {
+template <typename V>
+Expected<Dim> GraphReader<V>::ReadDim(const V& j, const JsonPath& path) {
+  if (IsInteger(j)) {
     FXREMAT_ASSIGN_OR_RETURN(int64_t v, ReadInt64(j, path, "an integer"));
     return Dim::Static(v);
   }
-  if (j.is_object() && j.contains("sym") && j["sym"].is_string()) {
-    Dim d;
-    d.expr = j["sym"].get<std::string>();
-    if (j.contains("hint")) {
-      FXREMAT_ASSIGN_OR_RETURN(d.hint, ReadInt64(j["hint"], path + "/hint", "an integer"));
-    } else if (auto it = graph_->symbols().find(d.expr); it != graph_->symbols().end()) {
-      d.hint = it->second;
-    } else {
-      return Fail(path, fmt::format("symbolic dim '{}' has no hint (add it to \"symbols\" or give \"hint\")", d.expr));
+  if (j.kind() == JKind::kObject) {
+    if (auto sym = j.find("sym"); IsString(sym)) {
+      Dim d;
+      d.expr = std::string(sym->str());
+      if (auto hint = j.find("hint")) {
+        FXREMAT_ASSIGN_OR_RETURN(d.hint, ReadInt64(*hint, JsonPath(path, "hint"), "an integer"));
+      } else if (auto it = graph_->symbols().find(d.expr); it != graph_->symbols().end()) {
+        d.hint = it->second;
+      } else {
+        return Fail(path, fmt::format("symbolic dim '{}' has no hint (add it to \"symbols\" or give \"hint\")", d.expr));
+      }
+      return d;
     }
-    return d;
   }
   return Fail(path, "expected an integer or {\"sym\": EXPR}");
 }
 
-Expected<ValueFacts> GraphReader::ReadValueFacts(const json& j, const std::string& path, int depth) {
-  if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string())
-    return Fail(path, "expected value facts {\"kind\": ...}");
-  const std::string kind = j["kind"].get<std::string>();
+template <typename V>
+Status GraphReader<V>::ReadDims(const V& list, const JsonPath& path, std::vector<Dim>& out) {
+  out.reserve(list.size());
+  size_t i = 0;
+  return list.each([&](const V& item) -> Status {
+    FXREMAT_ASSIGN_OR_RETURN(Dim d, ReadDim(item, JsonPath(path, i++)));
+    out.push_back(std::move(d));
+    return Status::Ok();
+  });
+}
+
+template <typename V>
+Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& path, int depth) {
+  const auto& f = j.fields();
+  std::optional<V> kind_field;
+  if (j.kind() == JKind::kObject) kind_field = f.find("kind");
+  if (!IsString(kind_field)) return Fail(path, "expected value facts {\"kind\": ...}");
+  const std::string_view kind = kind_field->str();
   ValueFacts v;
   if (kind == "tensor") {
     v.kind = ValueFacts::Kind::kTensor;
-    if (!j.contains("dtype") || !j["dtype"].is_string()) return Fail(path + "/dtype", "missing tensor dtype");
-    auto dtype = DTypeFromName(j["dtype"].get<std::string>());
-    if (!dtype) return Fail(path + "/dtype", fmt::format("unknown dtype '{}'", j["dtype"].get<std::string>()));
+    auto dtype_field = f.find("dtype");
+    if (!IsString(dtype_field)) return Fail(JsonPath(path, "dtype"), "missing tensor dtype");
+    auto dtype = DTypeFromName(dtype_field->str());
+    if (!dtype) return Fail(JsonPath(path, "dtype"), fmt::format("unknown dtype '{}'", dtype_field->str()));
     v.tensor.dtype = *dtype;
-    if (!j.contains("shape") || !j["shape"].is_array()) return Fail(path + "/shape", "missing tensor shape");
-    for (size_t i = 0; i < j["shape"].size(); ++i) {
-      FXREMAT_ASSIGN_OR_RETURN(Dim d, ReadDim(j["shape"][i], fmt::format("{}/shape/{}", path, i)));
-      v.tensor.shape.push_back(std::move(d));
-    }
-    if (j.contains("stride")) {
-      if (!j["stride"].is_array()) return Fail(path + "/stride", "expected an array");
-      for (size_t i = 0; i < j["stride"].size(); ++i) {
-        FXREMAT_ASSIGN_OR_RETURN(Dim d, ReadDim(j["stride"][i], fmt::format("{}/stride/{}", path, i)));
-        v.tensor.stride.push_back(std::move(d));
-      }
+    auto shape = f.find("shape");
+    if (!shape || shape->kind() != JKind::kArray) return Fail(JsonPath(path, "shape"), "missing tensor shape");
+    FXREMAT_RETURN_IF_ERROR(ReadDims(*shape, JsonPath(path, "shape"), v.tensor.shape));
+    if (auto stride = f.find("stride")) {
+      if (stride->kind() != JKind::kArray) return Fail(JsonPath(path, "stride"), "expected an array");
+      FXREMAT_RETURN_IF_ERROR(ReadDims(*stride, JsonPath(path, "stride"), v.tensor.stride));
       if (v.tensor.stride.size() != v.tensor.shape.size())
-        return Fail(path + "/stride", fmt::format("{} strides for {} dims", v.tensor.stride.size(),
-                                                  v.tensor.shape.size()));
+        return Fail(JsonPath(path, "stride"), fmt::format("{} strides for {} dims", v.tensor.stride.size(),
+                                                          v.tensor.shape.size()));
     }
     if (auto problem = FindTensorFactsProblem(v.tensor))
-      return Fail(fmt::format("{}/{}/{}", path, problem->field, problem->index), problem->message);
-    if (j.contains("device")) {
-      if (!j["device"].is_string()) return Fail(path + "/device", "expected a string");
-      v.tensor.device = j["device"].get<std::string>();
+      return Fail(JsonPath(JsonPath(path, problem->field), problem->index), problem->message);
+    if (auto device = f.find("device")) {
+      if (device->kind() != JKind::kString) return Fail(JsonPath(path, "device"), "expected a string");
+      v.tensor.device = std::string(device->str());
     }
-    if (j.contains("storage") && !j["storage"].is_null()) {
-      if (!j["storage"].is_number_integer()) return Fail(path + "/storage", "expected an integer");
-      v.tensor.storage = j["storage"].get<int64_t>();
+    if (auto storage = f.find("storage"); !IsNullOrAbsent(storage)) {
+      if (!IsInteger(*storage)) return Fail(JsonPath(path, "storage"), "expected an integer");
+      v.tensor.storage = storage->int64();
     }
-    if (j.contains("requires_grad")) {
-      if (!j["requires_grad"].is_boolean()) return Fail(path + "/requires_grad", "expected a boolean");
-      v.tensor.requires_grad = j["requires_grad"].get<bool>();
+    if (auto requires_grad = f.find("requires_grad")) {
+      if (requires_grad->kind() != JKind::kBool) return Fail(JsonPath(path, "requires_grad"), "expected a boolean");
+      v.tensor.requires_grad = requires_grad->boolean();
     }
   } else if (kind == "symint" || kind == "symfloat" || kind == "symbool") {
     v.kind = kind == "symint" ? ValueFacts::Kind::kSymInt
              : kind == "symfloat" ? ValueFacts::Kind::kSymFloat : ValueFacts::Kind::kSymBool;
-    if (!j.contains("expr") || !j["expr"].is_string()) return Fail(path + "/expr", "missing expression");
-    v.expr = j["expr"].get<std::string>();
-    if (j.contains("hint") && j["hint"].is_number_integer()) {
-      v.hint = j["hint"].get<int64_t>();
+    auto expr = f.find("expr");
+    if (!IsString(expr)) return Fail(JsonPath(path, "expr"), "missing expression");
+    v.expr = std::string(expr->str());
+    if (auto hint = f.find("hint"); hint && IsInteger(*hint)) {
+      v.hint = hint->int64();
     } else if (auto it = graph_->symbols().find(v.expr); it != graph_->symbols().end()) {
       v.hint = it->second;  // a bare symbol: its hint is the graph's (what verify feeds it)
     }
   } else if (kind == "tuple") {
     v.kind = ValueFacts::Kind::kTuple;
-    if (!j.contains("items") || !j["items"].is_array()) return Fail(path + "/items", "missing tuple items");
+    auto items = f.find("items");
+    if (!items || items->kind() != JKind::kArray) return Fail(JsonPath(path, "items"), "missing tuple items");
     if (depth >= kMaxTupleNesting) return Fail(path, fmt::format("tuples nest deeper than {} levels", kMaxTupleNesting));
-    for (size_t i = 0; i < j["items"].size(); ++i) {
-      FXREMAT_ASSIGN_OR_RETURN(ValueFacts item, ReadValueFacts(j["items"][i], fmt::format("{}/items/{}", path, i), depth + 1));
+    const JsonPath items_path(path, "items");
+    size_t i = 0;
+    FXREMAT_RETURN_IF_ERROR(items->each([&](const V& item_json) -> Status {
+      FXREMAT_ASSIGN_OR_RETURN(ValueFacts item, ReadValueFacts(item_json, JsonPath(items_path, i++), depth + 1));
       v.items.push_back(std::move(item));
-    }
+      return Status::Ok();
+    }));
   } else if (kind == "none") {
     v.kind = ValueFacts::Kind::kNone;
   } else if (kind == "const") {
     v.kind = ValueFacts::Kind::kConst;
-    v.expr = j.contains("value") ? j["value"].dump() : "None";
+    auto value = f.find("value");
+    v.expr = value ? value->dump() : "None";
   } else {
-    return Fail(path + "/kind", fmt::format("unknown value kind '{}'", kind));
+    return Fail(JsonPath(path, "kind"), fmt::format("unknown value kind '{}'", kind));
   }
   return v;
 }
 
-Expected<Argument> GraphReader::ReadArgument(const json& j, const std::string& path, const std::string& node_name,
-                                             int depth) {
-  switch (j.type()) {
-    case json::value_t::null: return Argument::None();
-    case json::value_t::boolean: return Argument::Bool(j.get<bool>());
-    case json::value_t::number_integer: return Argument::Int(j.get<int64_t>());
-    case json::value_t::number_unsigned:
-      if (j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return Fail(path, fmt::format("the integer {} is outside int64", j.get<uint64_t>()));
-      return Argument::Int(j.get<int64_t>());
-    case json::value_t::number_float:
-      if (!std::isfinite(j.get<double>()))
+template <typename V>
+Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path, std::string_view node_name,
+                                                int depth) {
+  switch (j.kind()) {
+    case JKind::kNull: return Argument::None();
+    case JKind::kBool: return Argument::Bool(j.boolean());
+    case JKind::kInt: return Argument::Int(j.int64());
+    case JKind::kBigUnsigned: return Fail(path, fmt::format("the integer {} is outside int64", j.uint64()));
+    case JKind::kFloat:
+      if (!std::isfinite(j.number()))
         return Fail(path, "a non-finite number: write {\"float\": \"inf\"}, \"-inf\" or \"nan\"");
-      return Argument::Double(j.get<double>());
-    case json::value_t::string: return Argument::String(j.get<std::string>());
-    case json::value_t::array: {
+      return Argument::Double(j.number());
+    case JKind::kString: return Argument::String(std::string(j.str()));
+    case JKind::kArray: {
       if (depth >= kMaxArgumentNesting)
         return Fail(path, fmt::format("arguments nest deeper than {} levels", kMaxArgumentNesting));
       std::vector<Argument> items;
-      for (size_t i = 0; i < j.size(); ++i) {
-        FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(j[i], fmt::format("{}/{}", path, i), node_name, depth + 1));
+      items.reserve(j.size());
+      size_t i = 0;
+      FXREMAT_RETURN_IF_ERROR(j.each([&](const V& item) -> Status {
+        FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(item, JsonPath(path, i++), node_name, depth + 1));
         items.push_back(std::move(a));
-      }
+        return Status::Ok();
+      }));
       return Argument::List(std::move(items));
     }
-    case json::value_t::object: {
+    case JKind::kObject: {
       if (j.size() != 1) break;
-      auto only = j.begin();
-      const std::string key = only.key();
-      const json& value = only.value();
-      if (key == "node" && value.is_string()) {
-        Node* n = graph_->findNode(value.get<std::string>());
-        if (!n) return Fail(path, fmt::format("node '{}' references '{}', which is not defined before it",
-                                              node_name, value.get<std::string>()));
-        return Argument::NodeRef(n);
+      auto [key, value] = j.only_field();
+      if (key == "node" && value.kind() == JKind::kString) {
+        const size_t target = index_of_.Find(value.str());  // kEmpty when absent
+        if (target >= created_.size())
+          return Fail(path, fmt::format("node '{}' references '{}', which is not defined before it", node_name,
+                                        value.str()));
+        return Argument::NodeRef(created_[target]);
       }
-      if (!value.is_string()) break;
-      const std::string text = value.get<std::string>();
+      if (value.kind() != JKind::kString) break;
+      const std::string_view text = value.str();
       if (key == "float") {
         if (text == "inf") return Argument::Double(INFINITY);
         if (text == "-inf") return Argument::Double(-INFINITY);
@@ -414,14 +812,14 @@ Expected<Argument> GraphReader::ReadArgument(const json& j, const std::string& p
         if (!d) return Fail(path, fmt::format("unknown dtype '{}'", text));
         return Argument::OfDType(*d);
       }
-      if (key == "device") return Argument::Device(text);
+      if (key == "device") return Argument::Device(std::string(text));
       if (key == "layout") {
         if (!IsLayoutName(text)) return Fail(path, fmt::format("unknown layout '{}'", text));
-        return Argument::Layout(text);
+        return Argument::Layout(std::string(text));
       }
       if (key == "memory_format") {
         if (!IsMemoryFormatName(text)) return Fail(path, fmt::format("unknown memory format '{}'", text));
-        return Argument::MemoryFormat(text);
+        return Argument::MemoryFormat(std::string(text));
       }
       break;
     }
@@ -430,149 +828,171 @@ Expected<Argument> GraphReader::ReadArgument(const json& j, const std::string& p
   return Fail(path, fmt::format("unsupported argument {}", j.dump()));
 }
 
-Status GraphReader::ReadMeta(const json& j, const std::string& path, Node* node) {
-  if (!j.is_object()) return Fail(path, "expected an object");
-  if (j.contains("val")) {
-    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(j["val"], path + "/val"));
+template <typename V>
+Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
+  if (j.kind() != JKind::kObject) return Fail(path, "expected an object");
+  const auto& f = j.fields();
+  if (auto val = f.find("val")) {
+    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(*val, JsonPath(path, "val")));
     node->val() = std::move(v);
   }
   NodeMeta& meta = node->meta();
   auto read_string = [&](const char* key, std::string& out) -> Status {
-    if (!j.contains(key) || j[key].is_null()) return Status::Ok();
-    if (!j[key].is_string()) return Fail(path + "/" + key, "expected a string");
-    out = j[key].get<std::string>();
+    auto field = f.find(key);
+    if (IsNullOrAbsent(field)) return Status::Ok();
+    if (field->kind() != JKind::kString) return Fail(JsonPath(path, key), "expected a string");
+    out = std::string(field->str());
     return Status::Ok();
   };
   FXREMAT_RETURN_IF_ERROR(read_string("recompute", meta.recompute));
   FXREMAT_RETURN_IF_ERROR(read_string("partitioner_tag", meta.partitioner_tag));
   FXREMAT_RETURN_IF_ERROR(read_string("stack_trace", meta.stack_trace));
-  static const std::set<std::string> kPolicies = {"MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE",
-                                                  "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD"};
+  static const std::set<std::string, std::less<>> kPolicies = {"MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE",
+                                                               "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD",
+                                                               "PREFER_CPU_OFFLOAD"};
   if (!meta.recompute.empty() && !kPolicies.count(meta.recompute))
-    return Fail(path + "/recompute", fmt::format("unknown checkpoint policy '{}'", meta.recompute));
-  if (j.contains("ac_graph_id") && !j["ac_graph_id"].is_null()) {
-    if (!j["ac_graph_id"].is_number_integer()) return Fail(path + "/ac_graph_id", "expected an integer");
-    meta.ac_graph_id = j["ac_graph_id"].get<int64_t>();
+    return Fail(JsonPath(path, "recompute"), fmt::format("unknown checkpoint policy '{}'", meta.recompute));
+  if (auto id = f.find("ac_graph_id"); !IsNullOrAbsent(id)) {
+    if (!IsInteger(*id)) return Fail(JsonPath(path, "ac_graph_id"), "expected an integer");
+    meta.ac_graph_id = id->int64();
   }
-  if (j.contains("names") && !j["names"].is_null()) {
-    const json& names = j["names"];
-    if (!names.is_array()) return Fail(path + "/names", "expected a list of strings");
-    for (size_t k = 0; k < names.size(); ++k) {
-      if (!names[k].is_string()) return Fail(fmt::format("{}/names/{}", path, k), "expected a string");
-      meta.names.push_back(names[k].get<std::string>());
-    }
+  if (auto names = f.find("names"); !IsNullOrAbsent(names)) {
+    const JsonPath names_path(path, "names");
+    if (names->kind() != JKind::kArray) return Fail(names_path, "expected a list of strings");
+    size_t k = 0;
+    FXREMAT_RETURN_IF_ERROR(names->each([&](const V& name) -> Status {
+      if (name.kind() != JKind::kString) return Fail(JsonPath(names_path, k), "expected a string");
+      meta.names.emplace_back(name.str());
+      ++k;
+      return Status::Ok();
+    }));
   }
-  if (j.contains("offload_requested") && !j["offload_requested"].is_null()) {
-    if (!j["offload_requested"].is_boolean()) return Fail(path + "/offload_requested", "expected a boolean");
-    meta.offload_requested = j["offload_requested"].get<bool>();
-  }
-  if (j.contains("mutated") && !j["mutated"].is_null()) {
-    if (!j["mutated"].is_boolean()) return Fail(path + "/mutated", "expected a boolean");
-    meta.mutated = j["mutated"].get<bool>();
-  }
-  if (j.contains("saved_tensor_with_no_vc_check") && !j["saved_tensor_with_no_vc_check"].is_null()) {
-    if (!j["saved_tensor_with_no_vc_check"].is_boolean())
-      return Fail(path + "/saved_tensor_with_no_vc_check", "expected a boolean");
-    meta.no_vc_check = j["saved_tensor_with_no_vc_check"].get<bool>();
-  }
-  if (j.contains("has_backward_hook") && !j["has_backward_hook"].is_null()) {
-    if (!j["has_backward_hook"].is_boolean()) return Fail(path + "/has_backward_hook", "expected a boolean");
-    meta.has_backward_hook = j["has_backward_hook"].get<bool>();
-  }
+  auto read_flag = [&](const char* key, bool& out) -> Status {
+    auto field = f.find(key);
+    if (IsNullOrAbsent(field)) return Status::Ok();
+    if (field->kind() != JKind::kBool) return Fail(JsonPath(path, key), "expected a boolean");
+    out = field->boolean();
+    return Status::Ok();
+  };
+  FXREMAT_RETURN_IF_ERROR(read_flag("offload_requested", meta.offload_requested));
+  FXREMAT_RETURN_IF_ERROR(read_flag("mutated", meta.mutated));
+  FXREMAT_RETURN_IF_ERROR(read_flag("saved_tensor_with_no_vc_check", meta.no_vc_check));
+  FXREMAT_RETURN_IF_ERROR(read_flag("has_backward_hook", meta.has_backward_hook));
   for (const auto& [key, field] : {std::pair{"memory_budget", &NodeMeta::memory_budget},
                                    std::pair{"region_memory_budget", &NodeMeta::region_memory_budget}}) {
-    if (!j.contains(key) || j[key].is_null()) continue;
-    if (!j[key].is_number() || !std::isfinite(j[key].get<double>()))
-      return Fail(path + "/" + key, "expected a number");
-    meta.*field = j[key].get<double>();
+    auto value = f.find(key);
+    if (IsNullOrAbsent(value)) continue;
+    const JKind k = value->kind();
+    if ((k != JKind::kInt && k != JKind::kBigUnsigned && k != JKind::kFloat) || !std::isfinite(value->number()))
+      return Fail(JsonPath(path, key), "expected a number");
+    meta.*field = value->number();
   }
-  if (j.contains("written_back_from") && !j["written_back_from"].is_null()) {
-    if (!j["written_back_from"].is_number_integer() || j["written_back_from"].get<int64_t>() < 0)
-      return Fail(path + "/written_back_from", "expected a forward output index");
-    meta.written_back_from = j["written_back_from"].get<int64_t>();
+  if (auto from = f.find("written_back_from"); !IsNullOrAbsent(from)) {
+    if (!IsInteger(*from) || from->int64() < 0)
+      return Fail(JsonPath(path, "written_back_from"), "expected a forward output index");
+    meta.written_back_from = from->int64();
   }
-  if (j.contains("value_range") && !j["value_range"].is_null()) {
-    const json& r = j["value_range"];
-    if (!r.is_array() || r.size() != 2) return Fail(path + "/value_range", "expected [low, high]");
-    FXREMAT_ASSIGN_OR_RETURN(int64_t low, ReadInt64(r[0], path + "/value_range/0", "an integer (low)"));
-    FXREMAT_ASSIGN_OR_RETURN(int64_t high, ReadInt64(r[1], path + "/value_range/1", "an integer (high)"));
-    if (auto problem = ValueRangeProblem(low, high)) return Fail(path + "/value_range", *problem);
+  if (auto r = f.find("value_range"); !IsNullOrAbsent(r)) {
+    const JsonPath range_path(path, "value_range");
+    if (r->kind() != JKind::kArray || r->size() != 2) return Fail(range_path, "expected [low, high]");
+    FXREMAT_ASSIGN_OR_RETURN(int64_t low, ReadInt64(r->at(0), JsonPath(range_path, size_t{0}), "an integer (low)"));
+    FXREMAT_ASSIGN_OR_RETURN(int64_t high, ReadInt64(r->at(1), JsonPath(range_path, size_t{1}), "an integer (high)"));
+    if (auto problem = ValueRangeProblem(low, high)) return Fail(range_path, *problem);
     meta.value_range = std::make_pair(low, high);
   }
   return Status::Ok();
 }
 
-Status GraphReader::ReadNode(const json& j, size_t index) {
-  const std::string path = fmt::format("/nodes/{}", index);
-  const std::string name = j["name"].get<std::string>();
-  if (!j.contains("op") || !j["op"].is_string()) return Fail(path + "/op", fmt::format("node '{}' has no op", name));
-  const std::string op_name = j["op"].get<std::string>();
+template <typename V>
+Status GraphReader<V>::ReadNode(const V& j, size_t index) {
+  const JsonPath nodes_path(root_, "nodes");
+  const JsonPath path(nodes_path, index);
+  if (j.kind() != JKind::kObject) return Fail(path, "expected a node object");
+  const auto& f = j.fields();
+  // The checks of CheckReferences, node by node (Note [One pass over the nodes]).
+  auto name_field = f.find("name");
+  if (!IsString(name_field)) return Fail(JsonPath(path, "name"), "missing node name");
+  const std::string_view name = name_field->str();
+  if (name.empty() || !IsPythonIdentifier(name)) return Fail(JsonPath(path, "name"), "not an identifier");
+  names_[index] = name;
+  if (index_of_.Insert(index) != NameIndex::kEmpty) return Fail(JsonPath(path, "name"), "duplicate node name");
+  auto op_field = f.find("op");
+  if (!IsString(op_field)) return Fail(JsonPath(path, "op"), fmt::format("node '{}' has no op", name));
+  const std::string_view op_name = op_field->str();
   OpKind op;
   if (op_name == "placeholder") op = OpKind::kPlaceholder;
   else if (op_name == "call_function") op = OpKind::kCallFunction;
   else if (op_name == "get_attr") op = OpKind::kGetAttr;
   else if (op_name == "output") op = OpKind::kOutput;
-  else return Fail(path + "/op", fmt::format("node '{}': unknown op '{}' (call_module and call_method "
-                                             "are not part of aten graphs)", name, op_name));
+  else return Fail(JsonPath(path, "op"), fmt::format("node '{}': unknown op '{}' (call_module and call_method "
+                                                     "are not part of aten graphs)", name, op_name));
   if (graph_->outputNode() != nullptr)
     return Fail(path, fmt::format("node '{}' follows the output node (the output node must be last)", name));
-  std::string target = op == OpKind::kOutput ? "output" : name;
-  if (j.contains("target")) {
-    if (!j["target"].is_string()) return Fail(path + "/target", "expected a string");
-    target = j["target"].get<std::string>();
+  std::string target = op == OpKind::kOutput ? "output" : std::string(name);
+  if (auto target_field = f.find("target")) {
+    if (target_field->kind() != JKind::kString) return Fail(JsonPath(path, "target"), "expected a string");
+    target = std::string(target_field->str());
   } else if (op == OpKind::kCallFunction) {
-    return Fail(path + "/target", fmt::format("call_function node '{}' has no target", name));
+    return Fail(JsonPath(path, "target"), fmt::format("call_function node '{}' has no target", name));
   }
   if ((op == OpKind::kCallFunction || op == OpKind::kGetAttr) && !IsDottedName(target))
-    return Fail(path + "/target", fmt::format("node '{}': target '{}' is not a dotted name (identifiers joined by '.')",
-                                              name, target));
+    return Fail(JsonPath(path, "target"),
+                fmt::format("node '{}': target '{}' is not a dotted name (identifiers joined by '.')", name, target));
   std::vector<Argument> args;
-  if (j.contains("args")) {
-    if (!j["args"].is_array()) return Fail(path + "/args", "expected an array");
-    for (size_t i = 0; i < j["args"].size(); ++i) {
-      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(j["args"][i], fmt::format("{}/args/{}", path, i), name));
+  if (auto args_field = f.find("args")) {
+    const JsonPath args_path(path, "args");
+    if (args_field->kind() != JKind::kArray) return Fail(args_path, "expected an array");
+    args.reserve(args_field->size());
+    size_t i = 0;
+    FXREMAT_RETURN_IF_ERROR(args_field->each([&](const V& item) -> Status {
+      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(item, JsonPath(args_path, i++), name));
       args.push_back(std::move(a));
-    }
+      return Status::Ok();
+    }));
   }
   Kwargs kwargs;
-  if (j.contains("kwargs")) {
-    if (!j["kwargs"].is_object()) return Fail(path + "/kwargs", "expected an object");
-    for (const auto& [k, v] : j["kwargs"].items()) {
-      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(v, fmt::format("{}/kwargs/{}", path, k), name));
-      kwargs.emplace_back(k, std::move(a));
+  if (auto kwargs_field = f.find("kwargs")) {
+    const JsonPath kwargs_path(path, "kwargs");
+    if (kwargs_field->kind() != JKind::kObject) return Fail(kwargs_path, "expected an object");
+    for (const auto& [k, v] : kwargs_field->items()) {
+      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(v, JsonPath(kwargs_path, k), name));
+      kwargs.emplace_back(std::string(k), std::move(a));
     }
   }
   if (op == OpKind::kOutput) {
     if (args.size() != 1 || args[0].kind != Argument::Kind::kList)
-      return Fail(path + "/args", "the output node takes one argument: a list of output values");
+      return Fail(JsonPath(path, "args"), "the output node takes one argument: a list of output values");
     for (size_t i = 0; i < args[0].list.size(); ++i) {
       const Argument& a = args[0].list[i];
       if (a.kind != Argument::Kind::kNode && a.kind != Argument::Kind::kNone)
-        return Fail(fmt::format("{}/args/0/{}", path, i), "an output entry must be a node reference or null");
+        return Fail(fmt::format("{}/args/0/{}", path.str(), i), "an output entry must be a node reference or null");
     }
   }
-  Node* node = graph_->createNode(op, name, std::move(target), std::move(args), std::move(kwargs));
-  if (j.contains("meta")) FXREMAT_RETURN_IF_ERROR(ReadMeta(j["meta"], path + "/meta", node));
+  Node* node = graph_->createNode(op, std::string(name), std::move(target), std::move(args), std::move(kwargs));
+  created_.push_back(node);
+  if (auto meta = f.find("meta")) FXREMAT_RETURN_IF_ERROR(ReadMeta(*meta, JsonPath(path, "meta"), node));
   if ((op == OpKind::kPlaceholder || op == OpKind::kCallFunction) &&
       node->val().kind == ValueFacts::Kind::kUnknown)
-    return Fail(path + "/meta/val", fmt::format("node '{}' has no value facts (meta.val): shapes and "
-                                                "dtypes are needed to size activations", name));
-  if (j.contains("role")) {
-    if (op != OpKind::kPlaceholder) return Fail(path + "/role", "only placeholders have a role");
-    auto role = j["role"].is_string() ? PlaceholderRoleFromName(j["role"].get<std::string>()) : std::nullopt;
-    if (!role) return Fail(path + "/role", fmt::format("unknown placeholder role {}", j["role"].dump()));
+    return Fail(JsonPath(JsonPath(path, "meta"), "val"),
+                fmt::format("node '{}' has no value facts (meta.val): shapes and "
+                            "dtypes are needed to size activations", name));
+  if (auto role_field = f.find("role")) {
+    if (op != OpKind::kPlaceholder) return Fail(JsonPath(path, "role"), "only placeholders have a role");
+    auto role = role_field->kind() == JKind::kString ? PlaceholderRoleFromName(role_field->str()) : std::nullopt;
+    if (!role) return Fail(JsonPath(path, "role"), fmt::format("unknown placeholder role {}", role_field->dump()));
     node->setRole(*role);
   }
-  if (j.contains("path") && !j["path"].is_null()) {
-    if (!j["path"].is_string()) return Fail(path + "/path", "expected a string");
-    node->setPath(j["path"].get<std::string>());
+  if (auto path_field = f.find("path"); !IsNullOrAbsent(path_field)) {
+    if (path_field->kind() != JKind::kString) return Fail(JsonPath(path, "path"), "expected a string");
+    node->setPath(std::string(path_field->str()));
   }
   return Status::Ok();
 }
 
 // Roles follow AOTAutograd's naming convention when a file does not state them;
 // tangent_outputs default to the forward outputs that require grad.
-Status GraphReader::InferRolesAndTangents() {
+template <typename V>
+Status GraphReader<V>::InferRolesAndTangents() {
   for (Node* p : graph_->placeholders()) {
     if (p->role() != PlaceholderRole::kNone) continue;
     const std::string& t = p->target();
@@ -595,100 +1015,133 @@ Status GraphReader::InferRolesAndTangents() {
   return Status::Ok();
 }
 
-Expected<const SafetensorsEntry*> GraphReader::SidecarEntry(const std::string& file, const std::string& key,
-                                                            const std::string& path) {
+template <typename V>
+Expected<const SafetensorsEntry*> GraphReader<V>::SidecarEntry(const std::string& file, const std::string& key,
+                                                               const JsonPath& path) {
   if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "." ||
       file == "..")
-    return Fail(path + "/file", fmt::format("'{}' is not a file name beside the graph", file));
+    return Fail(JsonPath(path, "file"), fmt::format("'{}' is not a file name beside the graph", file));
   if (sidecar_dir_.empty())
-    return Fail(path + "/file", fmt::format("the constant is in the sidecar file '{}', but the document was not "
-                                            "read from a file (load it by its path)", file));
+    return Fail(JsonPath(path, "file"), fmt::format("the constant is in the sidecar file '{}', but the document was not "
+                                                    "read from a file (load it by its path)", file));
   auto it = sidecars_.find(file);
   if (it == sidecars_.end()) {
     const std::string full = (std::filesystem::path(sidecar_dir_) / file).string();
     Expected<std::string> contents = ReadFileContents(full);
     if (!contents.ok())
-      return Fail(path + "/file", fmt::format("cannot read the constants file '{}': {}", file, contents.status().ToString()));
+      return Fail(JsonPath(path, "file"),
+                  fmt::format("cannot read the constants file '{}': {}", file, contents.status().ToString()));
     FXREMAT_ASSIGN_OR_RETURN(auto entries, ParseSafetensors(*contents, full));
     it = sidecars_.emplace(file, std::move(entries)).first;
   }
   auto e = it->second.find(key);
-  if (e == it->second.end()) return Fail(path + "/key", fmt::format("the sidecar file '{}' has no tensor '{}'", file, key));
+  if (e == it->second.end())
+    return Fail(JsonPath(path, "key"), fmt::format("the sidecar file '{}' has no tensor '{}'", file, key));
   return &e->second;
 }
 
-Status GraphReader::ReadConstants(const json& constants) {
-  if (!constants.is_object()) return Fail("/constants", "expected an object");
-  for (const auto& [target, j] : constants.items()) {
-    const std::string path = "/constants/" + target;
-    if (!j.is_object()) return Fail(path, "expected an object");
+template <typename V>
+Status GraphReader<V>::ReadConstants(const V& constants) {
+  if (constants.kind() != JKind::kObject) return Fail("/constants", "expected an object");
+  const JsonPath constants_path(root_, "constants");
+  for (const auto& [target_view, j] : constants.items()) {
+    const std::string target(target_view);
+    const JsonPath path(constants_path, target_view);
+    if (j.kind() != JKind::kObject) return Fail(path, "expected an object");
     Constant c;
-    if (j.contains("opaque")) {
-      if (!j["opaque"].is_string()) return Fail(path + "/opaque", "expected the object's type name");
+    if (auto opaque = j.find("opaque")) {
+      if (opaque->kind() != JKind::kString) return Fail(JsonPath(path, "opaque"), "expected the object's type name");
       c.kind = Constant::Kind::kOpaque;
-      c.type_name = j["opaque"].get<std::string>();
+      c.type_name = std::string(opaque->str());
       graph_->constants().emplace(target, std::move(c));
       continue;
     }
-    if (!j.contains("val")) return Fail(path, "missing \"val\" (the tensor's facts)");
-    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(j["val"], path + "/val"));
-    if (!v.is_tensor()) return Fail(path + "/val", "a constant's facts must be a tensor's");
+    auto val = j.find("val");
+    if (!val) return Fail(path, "missing \"val\" (the tensor's facts)");
+    const JsonPath val_path(path, "val");
+    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(*val, val_path));
+    if (!v.is_tensor()) return Fail(val_path, "a constant's facts must be a tensor's");
     int64_t expected = DTypeItemSize(v.tensor.dtype);
+    const JsonPath shape_path(val_path, "shape");
     for (size_t i = 0; i < v.tensor.shape.size(); ++i) {
       const Dim& d = v.tensor.shape[i];
-      if (!d.is_static()) return Fail(fmt::format("{}/val/shape/{}", path, i), "a constant's shape is static");
-      if (d.hint < 0) return Fail(fmt::format("{}/val/shape/{}", path, i), "negative dimension");
+      if (!d.is_static()) return Fail(JsonPath(shape_path, i), "a constant's shape is static");
+      if (d.hint < 0) return Fail(JsonPath(shape_path, i), "negative dimension");
       if (d.hint != 0 && expected > std::numeric_limits<int64_t>::max() / d.hint)
-        return Fail(path + "/val/shape", "the tensor's size overflows 64 bits");
+        return Fail(shape_path, "the tensor's size overflows 64 bits");
       expected *= d.hint;
     }
     c.facts = v.tensor;
-    const int present = j.contains("data") + j.contains("file") + (j.contains("by_reference") ? 1 : 0);
+    auto data = j.find("data");
+    auto file = j.find("file");
+    auto by_reference = j.find("by_reference");
+    const int present = (data ? 1 : 0) + (file ? 1 : 0) + (by_reference ? 1 : 0);
     if (present != 1) return Fail(path, "expected exactly one of \"data\", \"file\" or \"by_reference\"");
-    if (j.contains("data")) {
-      if (!j["data"].is_string()) return Fail(path + "/data", "expected base64 text");
-      FXREMAT_ASSIGN_OR_RETURN(std::string bytes, Base64Decode(j["data"].get<std::string>(), path + "/data"));
+    if (data) {
+      const JsonPath data_path(path, "data");
+      if (data->kind() != JKind::kString) return Fail(data_path, "expected base64 text");
+      FXREMAT_ASSIGN_OR_RETURN(std::string bytes, Base64Decode(std::string(data->str()), data_path.str()));
       if (static_cast<int64_t>(bytes.size()) != expected)
-        return Fail(path + "/data", fmt::format("{} bytes of data for a tensor of {} bytes", bytes.size(), expected));
+        return Fail(data_path, fmt::format("{} bytes of data for a tensor of {} bytes", bytes.size(), expected));
       c.data = std::make_shared<const std::string>(std::move(bytes));
-    } else if (j.contains("file")) {
-      if (!j["file"].is_string()) return Fail(path + "/file", "expected a file name");
+    } else if (file) {
+      if (file->kind() != JKind::kString) return Fail(JsonPath(path, "file"), "expected a file name");
       std::string key = target;
-      if (j.contains("key")) {
-        if (!j["key"].is_string()) return Fail(path + "/key", "expected a string");
-        key = j["key"].get<std::string>();
+      if (auto key_field = j.find("key")) {
+        if (key_field->kind() != JKind::kString) return Fail(JsonPath(path, "key"), "expected a string");
+        key = std::string(key_field->str());
       }
-      FXREMAT_ASSIGN_OR_RETURN(const SafetensorsEntry* e, SidecarEntry(j["file"].get<std::string>(), key, path));
+      FXREMAT_ASSIGN_OR_RETURN(const SafetensorsEntry* e, SidecarEntry(std::string(file->str()), key, path));
       if (e->dtype != SafetensorsDType(c.facts.dtype))
-        return Fail(path + "/file", fmt::format("the sidecar holds {} data for a {} tensor", e->dtype,
-                                                DTypeName(c.facts.dtype)));
+        return Fail(JsonPath(path, "file"), fmt::format("the sidecar holds {} data for a {} tensor", e->dtype,
+                                                        DTypeName(c.facts.dtype)));
       if (static_cast<int64_t>(e->data.size()) != expected)
-        return Fail(path + "/file", fmt::format("the sidecar holds {} bytes for a tensor of {} bytes", e->data.size(),
-                                                expected));
+        return Fail(JsonPath(path, "file"), fmt::format("the sidecar holds {} bytes for a tensor of {} bytes",
+                                                        e->data.size(), expected));
       c.data = std::make_shared<const std::string>(e->data);
-    } else if (!j["by_reference"].is_boolean() || !j["by_reference"].get<bool>()) {
-      return Fail(path + "/by_reference", "expected true");
+    } else if (by_reference->kind() != JKind::kBool || !by_reference->boolean()) {
+      return Fail(JsonPath(path, "by_reference"), "expected true");
     }
     graph_->constants().emplace(target, std::move(c));
   }
   return Status::Ok();
 }
 
-Expected<std::unique_ptr<Graph>> GraphReader::Read(const json& doc) {
+template <typename V>
+Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   FXREMAT_RETURN_IF_ERROR(ReadHeader(doc));
-  if (doc.contains("ops")) FXREMAT_RETURN_IF_ERROR(ReadOps(doc["ops"]));
-  if (doc.contains("constants")) FXREMAT_RETURN_IF_ERROR(ReadConstants(doc["constants"]));
-  if (!doc.contains("nodes") || !doc["nodes"].is_array()) return Fail("/nodes", "missing the node list");
-  const json& nodes = doc["nodes"];
-  FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));
-  for (size_t i = 0; i < nodes.size(); ++i) FXREMAT_RETURN_IF_ERROR(ReadNode(nodes[i], i));
+  if (auto ops = doc.find("ops")) FXREMAT_RETURN_IF_ERROR(ReadOps(*ops));
+  if (auto constants = doc.find("constants")) FXREMAT_RETURN_IF_ERROR(ReadConstants(*constants));
+  auto nodes_field = doc.find("nodes");
+  if (!nodes_field || nodes_field->kind() != JKind::kArray) return Fail("/nodes", "missing the node list");
+  std::vector<V> nodes;
+  nodes.reserve(nodes_field->size());
+  (void)nodes_field->each([&](const V& n) {
+    nodes.push_back(n);
+    return Status::Ok();
+  });
+  // Note [One pass over the nodes]: CheckReferences' errors (names, dangling
+  // and forward references, cycles) come before any node's own error, so the
+  // reader used to walk all nodes twice. Now one pass reads each node after
+  // checking its name and resolving its references among the nodes before it;
+  // on the first error of any kind, CheckReferences runs over the whole list
+  // and its error, if any, is the one reported. A node whose name or
+  // references that pass refuses always fails CheckReferences too.
+  names_.assign(nodes.size(), std::string_view());
+  index_of_.Reset(&names_, nodes.size());
+  created_.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (Status s = ReadNode(nodes[i], i); !s.ok()) {
+      FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));
+      return s;
+    }
+  }
   if (graph_->outputNode() == nullptr)
     return Fail("/nodes", "the graph has no output node");
   FXREMAT_RETURN_IF_ERROR(InferRolesAndTangents());
   FXREMAT_RETURN_IF_ERROR(VerifyGraph(*graph_));
   return std::move(graph_);
 }
-
 // ---------------------------------------------------------------------------
 // Writing
 // ---------------------------------------------------------------------------
@@ -761,6 +1214,379 @@ ojson ArgumentToJson(const Argument& a) {
   return nullptr;
 }
 
+// Note [Streaming writer]: the graph is written as text directly, in the
+// format and byte for byte as nlohmann's `GraphToJsonDocument(graph).dump(1)`
+// (one space of indent per level, `"key": value`, `[]`/`{}` when empty), without
+// building a document first. Text goes to `out_`; a sink, when given, takes it
+// whenever more than kFlushBytes are pending (a gzip stream, a file), so that
+// writing a large graph holds one buffer, not the whole file. The rare values
+// whose printing nlohmann decides (floats, non-ASCII strings, `const` values)
+// are printed by nlohmann itself.
+class JsonStreamWriter {
+ public:
+  static constexpr size_t kFlushBytes = 1 << 20;
+  using Sink = std::function<bool(std::string_view)>;
+  explicit JsonStreamWriter(Sink sink = nullptr) : sink_(std::move(sink)) {}
+
+  void BeginObject() { Open('{'); }
+  void EndObject() { Close('}'); }
+  void BeginArray() { Open('['); }
+  void EndArray() { Close(']'); }
+  void Key(std::string_view key) {
+    Element();
+    WriteString(key);
+    out_ += ": ";
+    after_key_ = true;
+  }
+  void String(std::string_view s) { Element(); WriteString(s); }
+  void Int(int64_t v) {
+    Element();
+    char buffer[24];
+    auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), v);
+    out_.append(buffer, end);
+  }
+  void Bool(bool v) { Element(); out_ += v ? "true" : "false"; }
+  void Null() { Element(); out_ += "null"; }
+  void Double(double v) { Element(); out_ += ojson(v).dump(); }
+  // A value nlohmann prints (pretty, indent 1), placed at the current level.
+  void Raw(const ojson& value) {
+    Element();
+    const std::string text = value.dump(1);
+    const std::string indent(open_.size(), ' ');
+    for (char c : text) {
+      out_ += c;
+      if (c == '\n') out_ += indent;
+    }
+  }
+  void StringArray(const std::vector<std::string>& items) {
+    BeginArray();
+    for (const std::string& s : items) String(s);
+    EndArray();
+  }
+  // Hands pending text to the sink (all of it when `all`); false if it failed.
+  bool Flush(bool all) {
+    if (!sink_ || (!all && out_.size() < kFlushBytes)) return ok_;
+    if (ok_ && !out_.empty()) ok_ = sink_(out_);
+    out_.clear();
+    return ok_;
+  }
+  std::string& text() { return out_; }
+
+ private:
+  // Before a value: the separator and indent of its container, unless it
+  // follows its key.
+  void Element() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (open_.empty()) return;
+    out_ += open_.back() ? "\n" : ",\n";
+    open_.back() = false;
+    out_.append(open_.size(), ' ');
+  }
+  void Open(char bracket) {
+    Element();
+    out_ += bracket;
+    open_.push_back(true);
+  }
+  void Close(char bracket) {
+    const bool empty = open_.back();
+    open_.pop_back();
+    if (!empty) {
+      out_ += '\n';
+      out_.append(open_.size(), ' ');
+    }
+    out_ += bracket;
+  }
+  void WriteString(std::string_view s) {
+    for (unsigned char c : s) {
+      if (c >= 0x80) {  // nlohmann checks and prints UTF-8 (and throws on bad UTF-8, as before)
+        out_ += ojson(std::string(s)).dump();
+        return;
+      }
+    }
+    out_ += '"';
+    size_t run = 0;  // start of the pending run of characters that need no escape
+    for (size_t i = 0; i < s.size(); ++i) {
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      if (c >= 0x20 && c != '"' && c != '\\') continue;
+      out_.append(s.data() + run, i - run);
+      run = i + 1;
+      switch (c) {
+        case '"': out_ += "\\\""; break;
+        case '\\': out_ += "\\\\"; break;
+        case '\b': out_ += "\\b"; break;
+        case '\t': out_ += "\\t"; break;
+        case '\n': out_ += "\\n"; break;
+        case '\f': out_ += "\\f"; break;
+        case '\r': out_ += "\\r"; break;
+        default: out_ += fmt::format("\\u{:04x}", static_cast<unsigned>(c)); break;
+      }
+    }
+    out_.append(s.data() + run, s.size() - run);
+    out_ += '"';
+  }
+
+  Sink sink_;
+  std::string out_;
+  std::vector<bool> open_;  // per open container: no element yet
+  bool after_key_ = false;
+  bool ok_ = true;
+};
+
+void WriteDim(JsonStreamWriter& w, const Dim& d) {
+  if (d.is_static()) return w.Int(d.hint);
+  w.BeginObject();
+  w.Key("sym"); w.String(d.expr);
+  w.Key("hint"); w.Int(d.hint);
+  w.EndObject();
+}
+
+void WriteValueFacts(JsonStreamWriter& w, const ValueFacts& v) {
+  if (v.kind == ValueFacts::Kind::kUnknown) return w.Null();
+  w.BeginObject();
+  switch (v.kind) {
+    case ValueFacts::Kind::kTensor: {
+      w.Key("kind"); w.String("tensor");
+      w.Key("dtype"); w.String(DTypeName(v.tensor.dtype));
+      w.Key("shape");
+      w.BeginArray();
+      for (const Dim& d : v.tensor.shape) WriteDim(w, d);
+      w.EndArray();
+      // Unknown strides stay unwritten, as in ValueFactsToJson.
+      if (!v.tensor.stride.empty() || v.tensor.shape.empty()) {
+        w.Key("stride");
+        w.BeginArray();
+        for (const Dim& d : v.tensor.stride) WriteDim(w, d);
+        w.EndArray();
+      }
+      w.Key("device"); w.String(v.tensor.device);
+      w.Key("requires_grad"); w.Bool(v.tensor.requires_grad);
+      if (v.tensor.storage >= 0) { w.Key("storage"); w.Int(v.tensor.storage); }
+      break;
+    }
+    case ValueFacts::Kind::kSymInt:
+      w.Key("kind"); w.String("symint");
+      w.Key("expr"); w.String(v.expr);
+      w.Key("hint"); w.Int(v.hint);
+      break;
+    case ValueFacts::Kind::kSymFloat: w.Key("kind"); w.String("symfloat"); w.Key("expr"); w.String(v.expr); break;
+    case ValueFacts::Kind::kSymBool: w.Key("kind"); w.String("symbool"); w.Key("expr"); w.String(v.expr); break;
+    case ValueFacts::Kind::kTuple:
+      w.Key("kind"); w.String("tuple");
+      w.Key("items");
+      w.BeginArray();
+      for (const ValueFacts& item : v.items) WriteValueFacts(w, item);
+      w.EndArray();
+      break;
+    case ValueFacts::Kind::kNone: w.Key("kind"); w.String("none"); break;
+    case ValueFacts::Kind::kConst:
+      w.Key("kind"); w.String("const");
+      w.Key("value"); w.Raw(ojson::parse(v.expr, nullptr, /*allow_exceptions=*/false));
+      break;
+    case ValueFacts::Kind::kUnknown: break;
+  }
+  w.EndObject();
+}
+
+void WriteArgument(JsonStreamWriter& w, const Argument& a) {
+  auto tagged = [&](std::string_view key, std::string_view value) {
+    w.BeginObject();
+    w.Key(key);
+    w.String(value);
+    w.EndObject();
+  };
+  switch (a.kind) {
+    case Argument::Kind::kNone: return w.Null();
+    case Argument::Kind::kBool: return w.Bool(a.int_value != 0);
+    case Argument::Kind::kInt: return w.Int(a.int_value);
+    case Argument::Kind::kDouble:
+      if (std::isnan(a.double_value)) return tagged("float", "nan");
+      if (std::isinf(a.double_value)) return tagged("float", a.double_value > 0 ? "inf" : "-inf");
+      return w.Double(a.double_value);
+    case Argument::Kind::kString: return w.String(a.text);
+    case Argument::Kind::kNode: return tagged("node", a.node->name());
+    case Argument::Kind::kList:
+      w.BeginArray();
+      for (const Argument& item : a.list) WriteArgument(w, item);
+      return w.EndArray();
+    case Argument::Kind::kDType: return tagged("dtype", DTypeName(a.dtype()));
+    case Argument::Kind::kDevice: return tagged("device", a.text);
+    case Argument::Kind::kLayout: return tagged("layout", a.text);
+    case Argument::Kind::kMemoryFormat: return tagged("memory_format", a.text);
+  }
+  w.Null();
+}
+
+// The document of GraphToJsonDocument, streamed (Note [Streaming writer]).
+// Returns false when the sink failed.
+bool WriteGraphJson(JsonStreamWriter& w, const Graph& graph, const std::string& sidecar_name,
+                    std::map<std::string, SafetensorsEntry>* sidecar) {
+  w.BeginObject();
+  w.Key("format"); w.String("fxremat.graph");
+  w.Key("version");
+  w.BeginArray();
+  w.Int(kFormatMajorVersion);
+  w.Int(kFormatMinorVersion);
+  w.EndArray();
+  if (!graph.name().empty()) { w.Key("name"); w.String(graph.name()); }
+  w.Key("kind"); w.String(GraphKindName(graph.kind()));
+  if (graph.kind() == GraphKind::kJoint) {
+    w.Key("joint");
+    w.BeginObject();
+    w.Key("num_fwd_outputs"); w.Int(graph.joint().num_fwd_outputs);
+    if (!graph.joint().output_paths.empty()) {
+      w.Key("output_paths");
+      w.BeginArray();
+      for (const auto& p : graph.joint().output_paths) p ? w.String(*p) : w.Null();
+      w.EndArray();
+    }
+    w.Key("tangent_outputs");
+    w.BeginArray();
+    for (int64_t t : graph.joint().tangent_outputs) w.Int(t);
+    w.EndArray();
+    w.EndObject();
+  }
+  if (!graph.symbols().empty()) {
+    w.Key("symbols");
+    w.BeginObject();
+    for (const auto& [sym, hint] : graph.symbols()) { w.Key(sym); w.Int(hint); }
+    w.EndObject();
+  }
+  w.Key("ops");
+  w.BeginObject();
+  for (const auto& [target, info] : graph.ops()) {
+    w.Key(target);
+    w.BeginObject();
+    w.Key("schema"); w.String(info.schema_text);
+    w.Key("tags"); w.StringArray(info.tags);
+    if (!info.packet_tags.empty()) { w.Key("packet_tags"); w.StringArray(info.packet_tags); }
+    w.EndObject();
+  }
+  w.EndObject();
+  if (!graph.constants().empty()) {
+    w.Key("constants");
+    w.BeginObject();
+    for (const auto& [target, c] : graph.constants()) {
+      w.Key(target);
+      w.BeginObject();
+      if (c.kind == Constant::Kind::kOpaque) {
+        w.Key("opaque"); w.String(c.type_name);
+      } else {
+        ValueFacts v;
+        v.kind = ValueFacts::Kind::kTensor;
+        v.tensor = c.facts;
+        w.Key("val"); WriteValueFacts(w, v);
+        if (!c.hasData()) {
+          w.Key("by_reference"); w.Bool(true);
+        } else if (sidecar && !sidecar_name.empty() && static_cast<int64_t>(c.data->size()) > kInlineConstantBytes) {
+          w.Key("file"); w.String(sidecar_name);
+          w.Key("key"); w.String(target);
+          std::vector<int64_t> shape;
+          for (const Dim& d : c.facts.shape) shape.push_back(d.hint);
+          (*sidecar)[target] = SafetensorsEntry{std::string(SafetensorsDType(c.facts.dtype)), shape, *c.data};
+        } else {
+          w.Key("data"); w.String(Base64Encode(*c.data));
+        }
+      }
+      w.EndObject();
+    }
+    w.EndObject();
+  }
+  w.Key("nodes");
+  w.BeginArray();
+  for (const auto& up : graph.nodes()) {
+    const Node& n = *up;
+    w.BeginObject();
+    w.Key("name"); w.String(n.name());
+    w.Key("op"); w.String(OpKindName(n.op()));
+    w.Key("target"); w.String(n.target());
+    if (n.isPlaceholder()) {
+      w.Key("role"); w.String(PlaceholderRoleName(n.role()));
+      if (!n.path().empty()) { w.Key("path"); w.String(n.path()); }
+    }
+    if (!n.args().empty()) {
+      w.Key("args");
+      w.BeginArray();
+      for (const Argument& a : n.args()) WriteArgument(w, a);
+      w.EndArray();
+    }
+    if (!n.kwargs().empty()) {
+      w.Key("kwargs");
+      bool duplicate = false;
+      for (size_t i = 0; i < n.kwargs().size() && !duplicate; ++i)
+        for (size_t k = 0; k < i && !duplicate; ++k) duplicate = n.kwargs()[i].first == n.kwargs()[k].first;
+      if (duplicate) {  // an object keeps a key once: as GraphToJsonDocument does it
+        ojson kwargs = ojson::object();
+        for (const auto& [k, v] : n.kwargs()) kwargs[k] = ArgumentToJson(v);
+        w.Raw(kwargs);
+      } else {
+        w.BeginObject();
+        for (const auto& [k, v] : n.kwargs()) { w.Key(k); WriteArgument(w, v); }
+        w.EndObject();
+      }
+    }
+    const NodeMeta& m = n.meta();
+    const bool has_val = n.val().kind != ValueFacts::Kind::kUnknown;
+    if (has_val || !m.recompute.empty() || m.ac_graph_id || !m.partitioner_tag.empty() || !m.stack_trace.empty() ||
+        m.value_range || !m.names.empty() || m.offload_requested || m.mutated || m.no_vc_check ||
+        m.has_backward_hook || m.written_back_from || m.memory_budget || m.region_memory_budget) {
+      w.Key("meta");
+      w.BeginObject();
+      if (has_val) { w.Key("val"); WriteValueFacts(w, n.val()); }
+      if (!m.recompute.empty()) { w.Key("recompute"); w.String(m.recompute); }
+      if (m.ac_graph_id) { w.Key("ac_graph_id"); w.Int(*m.ac_graph_id); }
+      if (!m.partitioner_tag.empty()) { w.Key("partitioner_tag"); w.String(m.partitioner_tag); }
+      if (!m.stack_trace.empty()) { w.Key("stack_trace"); w.String(m.stack_trace); }
+      if (m.value_range) {
+        w.Key("value_range");
+        w.BeginArray();
+        w.Int(m.value_range->first);
+        w.Int(m.value_range->second);
+        w.EndArray();
+      }
+      if (!m.names.empty()) { w.Key("names"); w.StringArray(m.names); }
+      if (m.offload_requested) { w.Key("offload_requested"); w.Bool(true); }
+      if (m.mutated) { w.Key("mutated"); w.Bool(true); }
+      if (m.no_vc_check) { w.Key("saved_tensor_with_no_vc_check"); w.Bool(true); }
+      if (m.has_backward_hook) { w.Key("has_backward_hook"); w.Bool(true); }
+      if (m.written_back_from) { w.Key("written_back_from"); w.Int(*m.written_back_from); }
+      if (m.memory_budget) { w.Key("memory_budget"); w.Double(*m.memory_budget); }
+      if (m.region_memory_budget) { w.Key("region_memory_budget"); w.Double(*m.region_memory_budget); }
+      w.EndObject();
+    }
+    w.EndObject();
+    if (!w.Flush(/*all=*/false)) return false;
+  }
+  w.EndArray();
+  w.EndObject();
+  w.text() += '\n';
+  return w.Flush(/*all=*/true);
+}
+
+// The pre-issue-11 reader and writer (nlohmann's DOM), kept for the Python
+// binding's documents; FXREMAT_JSON_IO=nlohmann makes the file and text entry
+// points use them too, only so that bench/io_bench.py measures old against new
+// in one build.
+bool UseNlohmannIo() {
+  static const bool use = [] {
+    const char* v = std::getenv("FXREMAT_JSON_IO");
+    return v != nullptr && std::string_view(v) == "nlohmann";
+  }();
+  return use;
+}
+
+bool IsGzipPath(const std::string& path) {
+  return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+}
+
+// gzip level of written .gz files. docs/benchmarks_io.md measured levels 1, 6
+// and 9 on a 47 MB graph: level 1 compresses at ~260 MB/s to 1/17 of the
+// JSON, 6 at ~100 MB/s to 1/28, 9 (the level before) at ~30 MB/s to 1/36.
+// Only level 1 keeps a .gz write at the speed of the writer itself.
+constexpr int kGzipLevel = 1;
+
 }  // namespace
 
 Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) { return GraphFromJson(text, ""); }
@@ -790,7 +1616,12 @@ Status CheckJsonDepth(std::string_view text, const std::string& what) {
   return Status::Ok();
 }
 
-Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std::string& sidecar_dir) {
+namespace {
+
+// The pre-issue-11 path: depth check, nlohmann's parser, the reader over its DOM.
+// Every document simdjson refuses comes here, so that its message is the one
+// nlohmann gives (line and column) or the depth check's.
+Expected<std::unique_ptr<Graph>> ReadWithNlohmann(std::string_view text, const std::string& sidecar_dir) {
   FXREMAT_RETURN_IF_ERROR(CheckJsonDepth(text, "the JSON document"));
   json doc;
   try {
@@ -819,22 +1650,59 @@ Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std:
   return GraphFromJsonDocument(doc, sidecar_dir);
 }
 
+// `owned`: null, or the string `text` views, with SIMDJSON_PADDING bytes of
+// spare capacity (simdjson then reads it in place); it is released once parsed,
+// since the tape holds every value: the text and the IR are never both held.
+Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* owned, const std::string& sidecar_dir) {
+  if (UseNlohmannIo()) return ReadWithNlohmann(text, sidecar_dir);
+  simdjson::dom::document document;
+  bool parsed = false;
+  {
+    // The parser's depth limit is kMaxJsonDepth: whatever it accepts, CheckJsonDepth does.
+    // Its index buffers go at the end of this block; the document keeps the tape and strings.
+    simdjson::dom::parser parser;
+    parsed = parser.allocate(text.size(), kMaxJsonDepth) == simdjson::SUCCESS &&
+             parser.parse_into_document(document, reinterpret_cast<const uint8_t*>(text.data()), text.size(),
+                                        /*realloc_if_needed=*/owned == nullptr).error() == simdjson::SUCCESS;
+  }
+  if (!parsed) return ReadWithNlohmann(text, sidecar_dir);
+  if (owned) std::string().swap(*owned);
+  GraphReader<SimdValue> reader(sidecar_dir);
+  return reader.Read(SimdValue(document.root()));
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std::string& sidecar_dir) {
+  return ReadJson(text, /*owned=*/nullptr, sidecar_dir);
+}
+
 Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc, const std::string& sidecar_dir) {
   try {
-    GraphReader reader;
-    reader.sidecar_dir_ = sidecar_dir;
-    return reader.Read(doc);
+    GraphReader<NlohmannValue> reader(sidecar_dir);
+    return reader.Read(NlohmannValue(doc));
   } catch (const json::exception& e) {
     return Status::BadInput(fmt::format("malformed graph document: {}", e.what()));
   }
 }
 
-std::string GraphToJson(const Graph& graph) { return GraphToJsonDocument(graph).dump(1) + "\n"; }
+std::string GraphToJson(const Graph& graph) {
+  if (UseNlohmannIo()) return GraphToJsonDocument(graph).dump(1) + "\n";
+  JsonStreamWriter writer;
+  WriteGraphJson(writer, graph, "", nullptr);
+  return std::move(writer.text());
+}
 
 GraphFiles GraphToJsonFiles(const Graph& graph, const std::string& sidecar_name) {
   std::map<std::string, SafetensorsEntry> sidecar;
   GraphFiles files;
-  files.json = GraphToJsonDocument(graph, sidecar_name, &sidecar).dump(1) + "\n";
+  if (UseNlohmannIo()) {
+    files.json = GraphToJsonDocument(graph, sidecar_name, &sidecar).dump(1) + "\n";
+  } else {
+    JsonStreamWriter writer;
+    WriteGraphJson(writer, graph, sidecar_name, &sidecar);
+    files.json = std::move(writer.text());
+  }
   if (!sidecar.empty()) files.sidecar = WriteSafetensors(sidecar);
   return files;
 }
@@ -849,12 +1717,58 @@ std::string SidecarNameFor(const std::string& graph_path) {
 
 Status WriteGraphFile(const std::string& path, const Graph& graph) {
   const std::string sidecar_name = SidecarNameFor(path);
-  GraphFiles files = GraphToJsonFiles(graph, sidecar_name);
-  if (!files.sidecar.empty()) {
-    const std::string sidecar_path = (std::filesystem::path(path).parent_path() / sidecar_name).string();
-    FXREMAT_RETURN_IF_ERROR(WriteFileAtomically(sidecar_path, files.sidecar));
+  if (UseNlohmannIo()) {
+    GraphFiles files = GraphToJsonFiles(graph, sidecar_name);
+    if (!files.sidecar.empty()) {
+      const std::string sidecar_path = (std::filesystem::path(path).parent_path() / sidecar_name).string();
+      FXREMAT_RETURN_IF_ERROR(WriteFileAtomically(sidecar_path, files.sidecar));
+    }
+    return WriteFileAtomically(path, files.json);
   }
-  return WriteFileAtomically(path, files.json);
+  // The document streams into a temporary file (Note [Streaming writer]); the
+  // sidecar is written, then the document renamed into place: a reader never
+  // sees a document whose sidecar is missing.
+  std::map<std::string, SafetensorsEntry> sidecar;
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  bool ok = true;
+  if (IsGzipPath(path)) {
+    gzFile f = gzopen(tmp.c_str(), fmt::format("wb{}", kGzipLevel).c_str());
+    ok = f != nullptr;
+    if (ok) {
+      gzbuffer(f, 1 << 18);
+      JsonStreamWriter writer([&](std::string_view text) {
+        return gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == static_cast<int>(text.size());
+      });
+      ok = WriteGraphJson(writer, graph, sidecar_name, &sidecar);
+      ok = (gzclose(f) == Z_OK) && ok;
+    }
+  } else {
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    ok = f != nullptr;
+    if (ok) {
+      JsonStreamWriter writer([&](std::string_view text) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); });
+      ok = WriteGraphJson(writer, graph, sidecar_name, &sidecar);
+      ok = (std::fclose(f) == 0) && ok;
+    }
+  }
+  std::error_code ec;
+  if (!ok) {
+    std::filesystem::remove(tmp, ec);
+    return Status::BadInput("cannot write file", path);
+  }
+  if (!sidecar.empty()) {
+    const std::string sidecar_path = (std::filesystem::path(path).parent_path() / sidecar_name).string();
+    if (Status s = WriteFileAtomically(sidecar_path, WriteSafetensors(sidecar)); !s.ok()) {
+      std::filesystem::remove(tmp, ec);
+      return s;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return Status::BadInput("cannot write file", path);
+  }
+  return Status::Ok();
 }
 
 nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) { return GraphToJsonDocument(graph, "", nullptr); }
@@ -970,13 +1884,32 @@ Expected<std::string> ReadFileContents(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     return Status::BadInput("no such file (or not a regular file)", path);
-  // gzread reads plain files transparently.
+  // gzread reads plain files transparently. The text is read straight into the
+  // string, sized by the file (or the gzip trailer's length) and with spare
+  // capacity for simdjson's padding, so that the JSON reader copies nothing.
+  const uintmax_t file_size = std::filesystem::file_size(path, ec);
+  size_t expected = ec ? 0 : static_cast<size_t>(file_size);
+  if (std::FILE* raw = std::fopen(path.c_str(), "rb")) {
+    unsigned char head[2] = {0, 0}, tail[4] = {0, 0, 0, 0};
+    if (std::fread(head, 1, 2, raw) == 2 && head[0] == 0x1f && head[1] == 0x8b && file_size >= 18 &&
+        std::fseek(raw, -4, SEEK_END) == 0 && std::fread(tail, 1, 4, raw) == 4) {
+      // ISIZE: the uncompressed length mod 2^32 of the last member; only a hint.
+      const size_t isize = tail[0] | (tail[1] << 8) | (tail[2] << 16) | (static_cast<size_t>(tail[3]) << 24);
+      expected = std::max(expected, isize);
+    }
+    std::fclose(raw);
+  }
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) return Status::BadInput("cannot open file", path);
+  gzbuffer(f, 1 << 18);
   std::string contents;
-  char buffer[1 << 16];
+  contents.reserve(expected + simdjson::SIMDJSON_PADDING + 1);
+  size_t size = 0;
   while (true) {
-    int n = gzread(f, buffer, sizeof(buffer));
+    if (contents.size() - size < (1 << 16)) contents.resize(std::max<size_t>(contents.size() * 2, size + (1 << 16)));
+    if (contents.size() < expected + 1) contents.resize(expected + 1);
+    const size_t room = std::min<size_t>(contents.size() - size, 1u << 30);
+    int n = gzread(f, contents.data() + size, static_cast<unsigned>(room));
     if (n < 0) {
       int errnum = 0;
       std::string message = gzerror(f, &errnum);
@@ -984,8 +1917,9 @@ Expected<std::string> ReadFileContents(const std::string& path) {
       return Status::BadInput(fmt::format("cannot read compressed file: {}", message), path);
     }
     if (n == 0) break;
-    contents.append(buffer, static_cast<size_t>(n));
+    size += static_cast<size_t>(n);
   }
+  contents.resize(size);
   // A truncated gzip stream reads short without an error from gzread; gzclose
   // and gzeof tell whether the stream ended cleanly.
   int close_status = gzclose(f);
@@ -999,8 +1933,8 @@ Expected<std::string> ReadFileContents(const std::string& path) {
 Status WriteFileAtomically(const std::string& path, std::string_view contents) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
   bool ok = true;
-  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
-    gzFile f = gzopen(tmp.c_str(), "wb9");
+  if (IsGzipPath(path)) {
+    gzFile f = gzopen(tmp.c_str(), fmt::format("wb{}", kGzipLevel).c_str());
     ok = f != nullptr;
     if (ok) {
       ok = contents.empty() ||
@@ -1029,8 +1963,10 @@ Expected<std::unique_ptr<Graph>> LoadGraphFile(const std::string& path) {
   bool is_text = path.size() >= 5 && path.compare(path.size() - 5, 5, ".fxir") == 0;
   if (first != std::string::npos && (contents[first] == '#' || contents[first] == 'd')) is_text = true;
   if (first == std::string::npos) return Status::BadInput("empty file", path);
+  if (!is_text && contents.capacity() < contents.size() + simdjson::SIMDJSON_PADDING)
+    contents.reserve(contents.size() + simdjson::SIMDJSON_PADDING);
   auto graph = is_text ? ParseGraph(contents)
-                       : GraphFromJson(contents, std::filesystem::absolute(path).parent_path().string());
+                       : ReadJson(contents, &contents, std::filesystem::absolute(path).parent_path().string());
   if (!graph.ok()) return graph.status().WithContext(path);
   return graph;
 }
