@@ -1,6 +1,7 @@
 // Max-flow / min-cut behind one small interface. Implementations: Boost.Graph's
 // Boykov-Kolmogorov and push-relabel, and fxremat's own Dinic on flat arrays
-// (dinic_max_flow.cpp), kept because bench/ measures it faster on joint graphs. Capacities are
+// (dinic_max_flow.cpp), kept because it is the fastest of the three on joint graphs
+// (docs/benchmarks_max_flow.md, bench/max_flow_bench.py). Capacities are
 // non-negative int64; kInfiniteCapacity marks edges that can never be cut.
 // Every implementation returns the same cut: the sink side is the set of
 // vertices that can reach the sink in the residual graph of a maximum flow
