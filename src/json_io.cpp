@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -1587,6 +1586,53 @@ bool IsGzipPath(const std::string& path) {
 // Only level 1 keeps a .gz write at the speed of the writer itself.
 constexpr int kGzipLevel = 1;
 
+// The one way a file is written (WriteFileAtomically, WriteGraphFile): what
+// `produce` hands its sink goes into a temporary file beside `path`
+// (gzip-compressed for a .gz path); `before_rename` (the graph writer's
+// sidecar) runs once that file is complete; then it is renamed into place. On
+// any failure the temporary file is removed and `path` is left as it was.
+using FileSink = std::function<bool(std::string_view)>;
+Status WriteThroughTemporary(const std::string& path, const std::function<bool(const FileSink&)>& produce,
+                             const std::function<Status()>& before_rename = nullptr) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  bool ok = true;
+  if (IsGzipPath(path)) {
+    gzFile f = gzopen(tmp.c_str(), fmt::format("wb{}", kGzipLevel).c_str());
+    ok = f != nullptr;
+    if (ok) {
+      gzbuffer(f, 1 << 18);
+      ok = produce([&](std::string_view text) {
+        return text.empty() || gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == static_cast<int>(text.size());
+      });
+      ok = (gzclose(f) == Z_OK) && ok;
+    }
+  } else {
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    ok = f != nullptr;
+    if (ok) {
+      ok = produce([&](std::string_view text) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); });
+      ok = (std::fclose(f) == 0) && ok;
+    }
+  }
+  std::error_code ec;
+  if (!ok) {
+    std::filesystem::remove(tmp, ec);
+    return Status::BadInput("cannot write file", path);
+  }
+  if (before_rename) {
+    if (Status s = before_rename(); !s.ok()) {
+      std::filesystem::remove(tmp, ec);
+      return s;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return Status::BadInput("cannot write file", path);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text) { return GraphFromJson(text, ""); }
@@ -1729,46 +1775,17 @@ Status WriteGraphFile(const std::string& path, const Graph& graph) {
   // sidecar is written, then the document renamed into place: a reader never
   // sees a document whose sidecar is missing.
   std::map<std::string, SafetensorsEntry> sidecar;
-  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  bool ok = true;
-  if (IsGzipPath(path)) {
-    gzFile f = gzopen(tmp.c_str(), fmt::format("wb{}", kGzipLevel).c_str());
-    ok = f != nullptr;
-    if (ok) {
-      gzbuffer(f, 1 << 18);
-      JsonStreamWriter writer([&](std::string_view text) {
-        return gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == static_cast<int>(text.size());
+  return WriteThroughTemporary(
+      path,
+      [&](const FileSink& sink) {
+        JsonStreamWriter writer(sink);
+        return WriteGraphJson(writer, graph, sidecar_name, &sidecar);
+      },
+      [&]() -> Status {
+        if (sidecar.empty()) return Status::Ok();
+        const std::string sidecar_path = (std::filesystem::path(path).parent_path() / sidecar_name).string();
+        return WriteFileAtomically(sidecar_path, WriteSafetensors(sidecar));
       });
-      ok = WriteGraphJson(writer, graph, sidecar_name, &sidecar);
-      ok = (gzclose(f) == Z_OK) && ok;
-    }
-  } else {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    ok = f != nullptr;
-    if (ok) {
-      JsonStreamWriter writer([&](std::string_view text) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); });
-      ok = WriteGraphJson(writer, graph, sidecar_name, &sidecar);
-      ok = (std::fclose(f) == 0) && ok;
-    }
-  }
-  std::error_code ec;
-  if (!ok) {
-    std::filesystem::remove(tmp, ec);
-    return Status::BadInput("cannot write file", path);
-  }
-  if (!sidecar.empty()) {
-    const std::string sidecar_path = (std::filesystem::path(path).parent_path() / sidecar_name).string();
-    if (Status s = WriteFileAtomically(sidecar_path, WriteSafetensors(sidecar)); !s.ok()) {
-      std::filesystem::remove(tmp, ec);
-      return s;
-    }
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return Status::BadInput("cannot write file", path);
-  }
-  return Status::Ok();
 }
 
 nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) { return GraphToJsonDocument(graph, "", nullptr); }
@@ -1931,30 +1948,7 @@ Expected<std::string> ReadFileContents(const std::string& path) {
 }
 
 Status WriteFileAtomically(const std::string& path, std::string_view contents) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  bool ok = true;
-  if (IsGzipPath(path)) {
-    gzFile f = gzopen(tmp.c_str(), fmt::format("wb{}", kGzipLevel).c_str());
-    ok = f != nullptr;
-    if (ok) {
-      ok = contents.empty() ||
-           gzwrite(f, contents.data(), static_cast<unsigned>(contents.size())) ==
-               static_cast<int>(contents.size());
-      ok = (gzclose(f) == Z_OK) && ok;
-    }
-  } else {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.close();
-    ok = !out.fail();
-  }
-  std::error_code ec;
-  if (ok) std::filesystem::rename(tmp, path, ec);
-  if (!ok || ec) {
-    std::filesystem::remove(tmp, ec);
-    return Status::BadInput("cannot write file", path);
-  }
-  return Status::Ok();
+  return WriteThroughTemporary(path, [&](const FileSink& sink) { return sink(contents); });
 }
 
 Expected<std::unique_ptr<Graph>> LoadGraphFile(const std::string& path) {
