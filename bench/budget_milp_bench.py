@@ -16,24 +16,17 @@ import argparse
 import gzip
 import json
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 import scipy
 import torch
 
+from bench_common import commit_label
 from fxremat import _C
 from fxremat.testing.milp import budget_targets, solve_budget_milp
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _commit() -> str:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                           text=True).stdout.strip()
-    return f"`{head}` ({'with uncommitted changes' if dirty else 'clean'})"
 
 
 def main() -> None:
@@ -41,7 +34,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks_budget_milp.md"))
     ap.add_argument("--time-limit", type=float, default=600.0)
     args = ap.parse_args()
-    commit = _commit()  # before the run: the code that is measured
+    commit = commit_label()  # before the run: the code that is measured
     paths = sorted((REPO / "testdata").glob("*.json.gz")) + sorted((REPO / "testdata" / "random").glob("*.json.gz"))
     rows = []
     totals = dict(points=0, solved=0, within=0, feasible=0, competitive=0, milp_seconds=0.0,

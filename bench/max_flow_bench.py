@@ -19,15 +19,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from bench_common import commit_label
+
 REPO = Path(__file__).resolve().parents[1]
 ALGORITHMS = ("dinic", "boykov_kolmogorov", "push_relabel")
-
-
-def _commit() -> str:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                           text=True).stdout.strip()
-    return f"`{head}` ({'with uncommitted changes' if dirty else 'clean'})"
 
 
 def main() -> None:
@@ -36,7 +31,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks_max_flow.md"))
     args = ap.parse_args()
-    commit = _commit()
+    commit = commit_label()
     bench = Path(args.build) / "bench" / "fxremat_bench"
     synth = Path(args.build) / "bench" / "fxremat_synth"
     work = REPO / "bench" / "out" / "max_flow"

@@ -47,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_graphs  # noqa: E402
+from bench_common import git_state  # noqa: E402
 
 try:
     import fxremat  # noqa: F401
@@ -200,9 +201,7 @@ def machine() -> dict:
 
 def git_describe() -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True).stdout.strip()
+        rev, dirty = git_state()
         return rev + (" (with uncommitted changes)" if dirty else "")
     except OSError:
         return "?"
