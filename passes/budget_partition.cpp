@@ -81,6 +81,23 @@ bool IsAlias(const Node& n) {
   return info && info->hasSchema() && info->schema.returnsAlias() && n.val().kind != ValueFacts::Kind::kTuple;
 }
 
+// Whether `n` shares another value's storage instead of allocating its own,
+// and whose (`*source`; null when the graph holds no such value): a view's
+// base, or for an item of an aliasing tuple op the op's input.
+bool SharesStorage(const Node& n, const Node** source) {
+  const Node* first = !n.args().empty() && n.args()[0].is_node() ? n.args()[0].node : nullptr;
+  *source = nullptr;
+  if (IsAlias(n)) {
+    *source = first;
+    return true;
+  }
+  if (!n.isGetItem() || !first) return false;
+  const OpInfo* info = first->opInfo();
+  if (!info || !info->hasSchema() || !info->schema.returnsAlias()) return false;
+  *source = first->inputs().empty() ? nullptr : first->inputs()[0];
+  return true;
+}
+
 }  // namespace
 
 double RecomputeCost(const Node& n, double flops_per_byte) {
@@ -134,17 +151,9 @@ class BudgetSolver {
     for (const auto& up : g_.nodes()) {
       const Node* node = up.get();
       if (!node->isCallFunction()) continue;
-      if (IsAlias(*node)) {
-        const Node* base = node->args().empty() || !node->args()[0].is_node() ? nullptr : node->args()[0].node;
-        root_[node->index()] = base ? root_[base->index()] : nullptr;
-      } else if (node->isGetItem()) {
-        const Node* tuple = node->args().empty() || !node->args()[0].is_node() ? nullptr : node->args()[0].node;
-        const OpInfo* info = tuple ? tuple->opInfo() : nullptr;
-        const bool aliases = info && info->hasSchema() && info->schema.returnsAlias();
-        root_[node->index()] = aliases ? (tuple->inputs().empty() ? nullptr : root_[tuple->inputs()[0]->index()]) : node;
-      } else if (node->val().kind != ValueFacts::Kind::kTuple) {
-        root_[node->index()] = node;
-      }
+      const Node* source = nullptr;
+      if (SharesStorage(*node, &source)) root_[node->index()] = source ? root_[source->index()] : nullptr;
+      else if (node->isGetItem() || node->val().kind != ValueFacts::Kind::kTuple) root_[node->index()] = node;
     }
     // Where each value is last read by the forward (its own position if never).
     last_fwd_.assign(n, -1);
@@ -599,19 +608,9 @@ class BudgetSolver {
         continue;
       }
       if (!n->isCallFunction()) continue;
-      const Node* base = !n->args().empty() && n->args()[0].is_node() ? n->args()[0].node : nullptr;
-      if (IsAlias(*n) && base) {
-        bw_root[i] = bw_root[base->index()];
-        bw_fwd_root[i] = bw_fwd_root[base->index()];
-      } else if (n->isGetItem() && base) {
-        const OpInfo* info = base->opInfo();
-        const bool aliases = info && info->hasSchema() && info->schema.returnsAlias();
-        const Node* src = aliases && !base->inputs().empty() ? base->inputs()[0] : nullptr;
-        if (aliases) {
-          if (src) bw_root[i] = bw_root[src->index()], bw_fwd_root[i] = bw_fwd_root[src->index()];
-        } else if (n->val().is_tensor()) {
-          bw_root[i] = static_cast<int64_t>(i);
-        }
+      const Node* source = nullptr;
+      if (SharesStorage(*n, &source)) {
+        if (source) bw_root[i] = bw_root[source->index()], bw_fwd_root[i] = bw_fwd_root[source->index()];
       } else if (n->val().is_tensor()) {
         bw_root[i] = static_cast<int64_t>(i);
       }
@@ -660,13 +659,14 @@ class BudgetSolver {
     int64_t tail = since;  // after the last use point: the backward's own bytes only
     // The forward roots each root's op reads (through views and tuples), and
     // the roots the model needs: ancestors of what the backward reads.
+    // A root whose op is a tuple item: recomputing it reruns the tuple op.
+    auto op_of = [&](const Node* r) { return r->isGetItem() && r->args()[0].is_node() ? r->args()[0].node : r; };
     std::vector<std::vector<const Node*>> root_inputs(g_.size());
     for (const auto& up : g_.nodes()) {
       const Node* node = up.get();
       if (!variable_root(node) || root_[node->index()] != node) continue;
-      const Node* op = node->isGetItem() && node->args()[0].is_node() ? node->args()[0].node : node;
       std::vector<const Node*>& ins = root_inputs[node->index()];
-      for (const Node* in : op->inputs())
+      for (const Node* in : op_of(node)->inputs())
         if (const Node* r = variable_root(in); r && r != node && std::find(ins.begin(), ins.end(), r) == ins.end())
           ins.push_back(r);
     }
@@ -714,8 +714,6 @@ class BudgetSolver {
       bp.row_lower.push_back(lo);
       bp.row_upper.push_back(hi);
     };
-    // A root whose op is a tuple item: recomputing it reruns the tuple op.
-    auto op_of = [&](const Node* r) { return r->isGetItem() && r->args()[0].is_node() ? r->args()[0].node : r; };
     for (const Node* r : roots) {
       const size_t i = r->index();
       const bool in_forward = is_forward_[op_of(r)->index()];  // a tuple item: its op runs in the forward

@@ -694,13 +694,9 @@ Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_
     FXREMAT_ASSIGN_OR_RETURN(BudgetSolution budget, SolvePeakBudget(g, options));
     FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, budget.saved_values, "mincut"));
     MarkOffloaded(p);
-    // Note [Saved-value rules]: the pipeline fills in the rules that come
-    // before the solver's (inputs, policies, forced saves); the rest is the
-    // winning candidate's.
-    for (SavedValue& v : p.signature.saved)
-      if (const Node* n = g.findNode(v.name); n && !n->isPlaceholder() && v.decision.empty() && !IsRandomOp(*n) &&
-                                              n->meta().reads_mutated.empty() && !MustBeInForward(*n))
-        v.rule = "budget: " + budget.label;
+    // Note [Saved-value rules]: the solver's own rule; the pipeline puts the
+    // rules that take precedence (inputs, policies, forced saves) over it.
+    for (SavedValue& v : p.signature.saved) v.rule = "budget: " + budget.label;
     PeakSummary summary;
     summary.budget_bytes = budget.budget_bytes;
     p.signature.peak = summary;

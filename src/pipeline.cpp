@@ -88,14 +88,15 @@ Expected<std::unique_ptr<Graph>> FoldAnnotationsIfAny(const Graph& joint, const 
 //   "forward output"                 the caller holds it anyway;
 // otherwise the partitioner's own choice: "min cut", "default partition" (what
 // the backward reads of the forward), or "budget: <candidate>" (the peak-budget
-// solver's winning candidate, e.g. "segments of <= 4096 B + local search").
+// solver's winning candidate, e.g. "segments of <= 4096 B + local search",
+// which CutPreparedGraph leaves in SavedValue::rule for this function).
 void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& partitioner_rule) {
   std::vector<bool> is_forward_output(g.size(), false);
   const std::vector<Node*> outputs = g.outputValues();
   for (size_t i = 0; i < outputs.size() && i < static_cast<size_t>(p.signature.num_fwd_outputs); ++i)
     if (outputs[i]) is_forward_output[outputs[i]->index()] = true;
   for (SavedValue& v : p.signature.saved) {
-    if (!v.rule.empty()) continue;
+    const std::string own = v.rule.empty() ? partitioner_rule : v.rule;
     const Node* n = g.findNode(v.name);
     const Node* tuple = n && n->isGetItem() && !n->inputs().empty() ? n->inputs()[0] : nullptr;
     auto any = [&](auto pred) { return (n && pred(*n)) || (tuple && pred(*tuple)); };
@@ -106,7 +107,7 @@ void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& part
     else if (any([](const Node& x) { return !x.meta().reads_mutated.empty(); })) v.rule = "reads a mutated input";
     else if (any([](const Node& x) { return MustBeInForward(x); })) v.rule = "must be in the forward";
     else if (n && is_forward_output[n->index()]) v.rule = "forward output";
-    else v.rule = partitioner_rule;
+    else v.rule = own;
   }
 }
 
@@ -177,7 +178,7 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
     AssignSavedValueRules(p, *g, "default partition");
   } else {
     FXREMAT_ASSIGN_OR_RETURN(p, MinCutPartition(*g, request.mincut));
-    AssignSavedValueRules(p, *g, "min cut");  // the budget solver names its own (CutPreparedGraph)
+    AssignSavedValueRules(p, *g, "min cut");  // unless the budget solver named its own (CutPreparedGraph)
   }
   // The order AOTAutograd's reference gives its graphs: the min cut always
   // mimics the autograd engine in the backward, the default partition when
