@@ -132,7 +132,7 @@ def test_python_pareto_matches_cli_and_plots(tmp_path):
         [(p["label"], p["peak_bytes"]) for p in json.loads((tmp_path / "f.json").read_text())["points"]]
 
 
-def test_gpt2_trains_under_inductor_at_budget_0_3():
+def test_gpt2_trains_under_inductor_at_budget_0_3(fresh_compile_state):
     """A 2-layer GPT-2 trains 3 steps under torch.compile(backend="fxremat") at
     activation_memory_budget=0.3 with Inductor, equal to eager."""
     transformers = pytest.importorskip("transformers")

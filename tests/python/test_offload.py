@@ -340,7 +340,7 @@ def test_offload_compiles_under_inductor(policy):
     torch._dynamo.reset()
 
 
-def test_offload_name_compiles_under_inductor():
+def test_offload_name_compiles_under_inductor(fresh_compile_state):
     import torch._dynamo
 
     xla_compat.register_all()
