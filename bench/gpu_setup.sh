@@ -12,11 +12,14 @@ PY=${PYTHON:-python3}
 mkdir -p "$DEPS"
 for f in .devdeps/*.deb; do dpkg -x "$f" "$DEPS"; done
 LIB="$DEPS/usr/lib/x86_64-linux-gnu"
+# zlib1g-dev's libz.so is an absolute link to /lib/...: name the unpacked shared
+# library itself (FindZLIB would fall back to the non-PIC libz.a).
+ZLIB_SO=$(ls "$DEPS"/lib/x86_64-linux-gnu/libz.so.1 "$DEPS"/usr/lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -1)
 "$PY" -m cmake --version >/dev/null 2>&1 && CMAKE="$PY -m cmake" || CMAKE=cmake
 $CMAKE -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$DEPS/usr" -DFXREMAT_WITH_TORCH=OFF -DFXREMAT_BUILD_TESTS=OFF \
   -DFXREMAT_BUILD_BENCH=OFF -DFXREMAT_WITH_CBC=OFF -DFXREMAT_PYTHON="$(command -v "$PY")" \
-  -DPython_EXECUTABLE="$(command -v "$PY")" >&2
+  -DPython_EXECUTABLE="$(command -v "$PY")" -DZLIB_LIBRARY="$ZLIB_SO" -DZLIB_INCLUDE_DIR="$DEPS/usr/include" >&2
 $CMAKE --build build-gpu --target fxremat_python -j "$(nproc)" >&2
 echo "export LD_LIBRARY_PATH=$LIB:\${LD_LIBRARY_PATH:-}"
 echo "export PYTHONPATH=$PWD/python:\${PYTHONPATH:-}"
