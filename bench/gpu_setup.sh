@@ -14,7 +14,10 @@ for f in .devdeps/*.deb; do dpkg -x "$f" "$DEPS"; done
 LIB="$DEPS/usr/lib/x86_64-linux-gnu"
 # zlib1g-dev's libz.so is an absolute link to /lib/...: name the unpacked shared
 # library itself (FindZLIB would fall back to the non-PIC libz.a).
-ZLIB_SO=$(ls "$DEPS"/lib/x86_64-linux-gnu/libz.so.1 "$DEPS"/usr/lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -1)
+ZLIB_SO=""
+for z in "$DEPS"/lib/x86_64-linux-gnu/libz.so.1 "$DEPS"/usr/lib/x86_64-linux-gnu/libz.so.1; do
+  if [ -z "$ZLIB_SO" ] && [ -e "$z" ]; then ZLIB_SO=$z; fi
+done
 "$PY" -m cmake --version >/dev/null 2>&1 && CMAKE="$PY -m cmake" || CMAKE=cmake
 $CMAKE -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$DEPS/usr" -DFXREMAT_WITH_TORCH=OFF -DFXREMAT_BUILD_TESTS=OFF \
