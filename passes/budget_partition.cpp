@@ -265,7 +265,7 @@ class BudgetSolver {
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
     ++evaluations_;
     FXREMAT_ASSIGN_OR_RETURN(Partition p, Emit(saved));
-    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p));
+    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p, options_.peak_model));
     Evaluation ev;
     ev.peak = e.peak_bytes;
     ev.saved_bytes = p.signature.savedBytes();
@@ -819,7 +819,7 @@ class BudgetSolver {
       in[n->index()] = true;
     }
     FXREMAT_ASSIGN_OR_RETURN(Partition p, Emit(Collect(in)));
-    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p));
+    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p, options_.peak_model));
     std::vector<std::string> recomputed;
     for (const auto& up : p.backward->nodes())
       if (const Node* f = up->isCallFunction() ? p.forward->findNode(up->name()) : nullptr;

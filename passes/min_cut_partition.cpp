@@ -555,6 +555,12 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
     options.memory_budget_bytes = static_cast<int64_t>(v);
     return Status::Ok();
   }
+  if (name == "peak_model") {
+    if (value == "eager") options.peak_model = PeakModelKind::kEager;
+    else if (value == "inductor") options.peak_model = PeakModelKind::kInductor;
+    else return Status::BadInput(fmt::format("option peak_model takes eager or inductor, not '{}'", value));
+    return Status::Ok();
+  }
   if (name == "budget_objective") {
     if (value != "peak" && value != "saved")
       return Status::BadInput(fmt::format("option budget_objective takes peak or saved, not '{}'", value));

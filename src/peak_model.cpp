@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/op_categories.h"
+
 namespace fxremat {
 
 int64_t StorageBytes(const TensorFacts& facts) {
@@ -102,12 +104,72 @@ const Argument* ArgumentFor(const Node& n, const OpSchema& schema, size_t index)
 }
 
 // Storage ids per value: one per tensor (a tuple: one per item, -1 for a
-// non-tensor), empty for a value that holds no tensor.
+// non-tensor), empty for a value that holds no tensor. A value Inductor would
+// inline (Note [Inductor fusion in the peak model]) holds its inputs' storages.
 using StorageIds = std::vector<int32_t>;
+
+// Ops without the pointwise tag that Inductor lowers to a loop body too (its
+// lowerings in torch/_inductor/lowering.py make them Pointwise nodes).
+bool LoweredToLoopBody(std::string_view packet) {
+  static constexpr std::string_view kOps[] = {
+      "aten.full",  "aten.full_like",       "aten.zeros_like",     "aten.ones_like", "aten.scalar_tensor",
+      "prims.iota", "aten.gather",          "aten.index",          "aten.embedding", "aten._to_copy",
+      "aten.constant_pad_nd", "aten.slice_scatter", "aten.select_scatter"};
+  return std::find(std::begin(kOps), std::end(kOps), packet) != std::end(kOps);
+}
+
+// A single-tensor op whose result Inductor can leave unrealized.
+bool InlinableProducer(const Node& n) {
+  if (!n.isCallFunction() || n.isGetItem() || !n.val().is_tensor()) return false;
+  const OpInfo* info = n.opInfo();
+  if (!info || !info->hasSchema()) return false;
+  if (info->schema.isMutable() || info->schema.returnsAlias() || info->packetHasTag("nondeterministic_seeded"))
+    return false;
+  if (n.target() == "aten._to_copy.default") {  // a copy to another device (offload) is a transfer
+    const Node* src = n.args().empty() || !n.args()[0].is_node() ? nullptr : n.args()[0].node;
+    if (!src || !src->val().is_tensor() || src->val().tensor.device != n.val().tensor.device) return false;
+  }
+  return info->packetHasTag("pointwise") || LoweredToLoopBody(PacketOf(n.target()));
+}
+
+bool IsReductionOp(const Node& n) {
+  const OpInfo* info = n.isCallFunction() ? n.opInfo() : nullptr;
+  return info && info->packetHasTag("reduction") && !info->schema.isMutable();
+}
+
+bool IsViewOp(const Node& n) {
+  const OpInfo* info = n.isCallFunction() ? n.opInfo() : nullptr;
+  return info && info->hasSchema() && info->schema.returnsAlias() && !info->schema.isMutable() && n.val().is_tensor();
+}
+
+// Per node of g: whether Inductor would inline its result into its readers
+// (Note [Inductor fusion in the peak model]); views are marked when they pass
+// an inlined base through to fusing readers only.
+std::vector<bool> InlinedValues(const Graph& g) {
+  std::vector<bool> inlined(g.size(), false);
+  const Node* output = g.outputNode();
+  const auto& nodes = g.nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const Node& n = **it;
+    const bool producer = InlinableProducer(n), view = IsViewOp(n);
+    if (!producer && !view) continue;
+    bool fuses = !n.users().empty();
+    for (const Node* u : n.users()) {
+      if (u == output) { fuses = false; break; }
+      const bool reader = InlinableProducer(*u) || IsReductionOp(*u) || (IsViewOp(*u) && inlined[u->index()]);
+      if (!reader) { fuses = false; break; }
+    }
+    inlined[n.index()] = fuses;
+  }
+  return inlined;
+}
 
 class GraphRun {
  public:
-  GraphRun(const Graph& g, Simulator& sim, const char* label) : g_(g), sim_(sim), label_(label), ids_(g.size()) {}
+  GraphRun(const Graph& g, Simulator& sim, const char* label, PeakModelKind kind)
+      : g_(g), sim_(sim), label_(label), ids_(g.size()) {
+    if (kind == PeakModelKind::kInductor) inlined_ = InlinedValues(g);
+  }
 
   StorageIds& ids(const Node* n) { return ids_[n->index()]; }
 
@@ -138,7 +200,19 @@ class GraphRun {
     const bool has_schema = info && info->hasSchema();
     if (v.is_tensor()) {
       if (has_schema && !info->schema.returns.empty())
-        if (const StorageIds* base = alias_of(info->schema.returns[0]); base && base->size() == 1) return *base;
+        if (const StorageIds* base = alias_of(info->schema.returns[0]); base && !base->empty()) return *base;
+      if (!inlined_.empty() && inlined_[n.index()]) {
+        // Note [Inductor fusion in the peak model]: the loop body reads its
+        // inputs' storages, which it keeps alive instead of allocating.
+        StorageIds reads;
+        for (const Node* in : n.inputs())
+          for (int32_t id : ids(in))
+            if (id >= 0) reads.push_back(id);
+        std::sort(reads.begin(), reads.end());
+        reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
+        constexpr size_t kRealizeReadsThreshold = 4;  // torch._inductor.config.realize_reads_threshold
+        if (n.users().size() <= 1 || reads.size() <= kRealizeReadsThreshold) return reads;
+      }
       // PyTorch implements _unsafe_view as a view although its schema has no
       // alias, and device_put onto the device a tensor is already on returns it.
       const bool same_device_put = n.target() == "prims.device_put.default" && !n.args().empty() &&
@@ -201,6 +275,7 @@ class GraphRun {
   Simulator& sim_;
   const char* label_;
   std::vector<StorageIds> ids_;
+  std::vector<bool> inlined_;  // empty: the eager model
 };
 
 std::string MainDevice(const Graph& g) {
@@ -213,7 +288,7 @@ std::string MainDevice(const Graph& g) {
 
 }  // namespace
 
-Expected<PeakEstimate> SimulatePeak(const Partition& p) {
+Expected<PeakEstimate> SimulatePeak(const Partition& p, PeakModelKind kind) {
   const Graph& fw = *p.forward;
   const Graph& bw = *p.backward;
   std::string device = MainDevice(fw);
@@ -222,7 +297,7 @@ Expected<PeakEstimate> SimulatePeak(const Partition& p) {
   PeakEstimate est;
 
   // Forward: inputs are the baseline.
-  GraphRun forward(fw, sim, "forward");
+  GraphRun forward(fw, sim, "forward", kind);
   for (const Node* ph : fw.placeholders())
     if (ph->val().is_tensor()) forward.ids(ph) = {sim.NewStorage(ph->val().tensor, /*counted=*/false)};
   forward.Run();
@@ -243,7 +318,7 @@ Expected<PeakEstimate> SimulatePeak(const Partition& p) {
   est.live_after_forward_bytes = sim.live();
 
   // Backward: saved values take over their forward-output reference.
-  GraphRun backward(bw, sim, "backward");
+  GraphRun backward(bw, sim, "backward", kind);
   std::vector<Node*> bw_inputs = bw.placeholders();
   for (const SavedValue& s : p.signature.saved) {
     if (s.forward_output_index < 0 || static_cast<size_t>(s.forward_output_index) >= fw_outputs.size() ||

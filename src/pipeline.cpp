@@ -193,7 +193,7 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   FXREMAT_RETURN_IF_ERROR(RunPartitionPass("emit-offload", p, pass_options).status());
   if (request.barrier) FXREMAT_RETURN_IF_ERROR(RunPartitionPass("insert-barriers", p, pass_options).status());
   // 7. What the step's peak will be (Note [Peak model]).
-  FXREMAT_ASSIGN_OR_RETURN(PeakEstimate peak, SimulatePeak(p));
+  FXREMAT_ASSIGN_OR_RETURN(PeakEstimate peak, SimulatePeak(p, request.mincut.peak_model));
   PeakSummary summary;
   if (p.signature.peak) summary.budget_bytes = p.signature.peak->budget_bytes;
   // Note [Peak budget]: never over budget, checked on what is emitted.

@@ -16,6 +16,13 @@ namespace fxremat {
 
 // Which max-flow implementation solves the cut (src/max_flow.h); all give the same cut.
 enum class MaxFlowAlgorithm { kBoykovKolmogorov, kPushRelabel, kDinic };
+
+// How the peak model (Note [Peak model], fxremat/peak_model.h) counts a
+// pointwise op's result: always allocated (kEager: what the GraphModules do
+// when they run op by op), or, where Inductor would inline it into the
+// kernels that read it, never allocated (kInductor: Note [Inductor fusion in
+// the peak model]).
+enum class PeakModelKind { kEager, kInductor };
 std::string_view MaxFlowAlgorithmName(MaxFlowAlgorithm algorithm);
 bool MaxFlowAlgorithmFromName(std::string_view name, MaxFlowAlgorithm& out);
 
@@ -59,6 +66,12 @@ struct MinCutOptions {
   // convolution, attention, from shapes) plus this many flops per byte it
   // reads and writes (what makes memory-bound ops cost something).
   double recompute_flops_per_byte = 64.0;
+  // The peak model the budget bounds and the report states (option peak_model:
+  // "eager" or "inductor"). The torch.compile backend sets "inductor" when
+  // Inductor compiles the graphs: measured on a GPU, the eager model put the
+  // peak of a 32-layer Llama step 1.21-1.24x above Inductor's
+  // (docs/benchmarks_gpu.md), in fused cross-entropy kernels.
+  PeakModelKind peak_model = PeakModelKind::kEager;
   // Note [Budget MILP]: on graphs whose budget MILP has at most this many
   // variables, the budget solver also solves it (COIN-OR CBC, at most
   // budget_milp_max_nodes branch-and-bound nodes: a node limit keeps the

@@ -25,12 +25,32 @@
 //   * tensors on another device than the graphs' main device (host copies of
 //     offloaded values on an accelerator) count as host bytes, not peak bytes.
 // Kernel workspaces (scratch memory inside one op) are not modelled.
+//
+// Note [Inductor fusion in the peak model]
+// Inductor does not allocate every aten op's result: a pointwise op is lowered
+// to a loop body that the kernels reading it inline, and is only written to
+// memory ("realized") when something needs a buffer. With
+// PeakModelKind::kInductor the model follows Inductor's lowering rules
+// (torch/_inductor/graph.py, ir.py): the result of a pointwise op (tag
+// pointwise, not random, not mutating, one tensor) is not allocated when
+//   * it is not an output of its graph (saved values, user outputs and
+//     gradients are buffers), and
+//   * every user is a pointwise or reduction op, or a view whose own users
+//     are (an extern kernel -- mm, convolution, attention, any op without
+//     those tags -- reads a buffer), and
+//   * with more than one user, it reads at most 4 storages (Inductor realizes
+//     a reused loop body above config.realize_reads_threshold = 4).
+// Such a value holds its inputs' storages instead of its own: they stay alive
+// until its last reader has run. Reductions and everything else allocate as
+// in the eager model. Validated against torch.cuda.max_memory_allocated()
+// under Inductor in docs/benchmarks_gpu.md (bench/gpu_budget_bench.py).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "fxremat/partition.h"
+#include "fxremat/partition_options.h"
 #include "fxremat/status.h"
 
 namespace fxremat {
@@ -61,7 +81,7 @@ struct FrontPoint {
 
 // Simulates p.forward then p.backward (Note [Peak model]). Errors only for a
 // partition whose graphs and signature disagree (an internal error).
-Expected<PeakEstimate> SimulatePeak(const Partition& p);
+Expected<PeakEstimate> SimulatePeak(const Partition& p, PeakModelKind kind = PeakModelKind::kEager);
 
 // The bytes of the storage a fresh tensor with these facts occupies: its span
 // under its strides (numel * item size when contiguous); 0 when empty.

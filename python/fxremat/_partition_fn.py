@@ -59,7 +59,8 @@ PARTITIONERS = ("mincut", "default")
 # The min-cut knobs the C++ library takes, by their torch._functorch.config names
 # (passes/min_cut_partition.h, SetMinCutOption), plus fxremat's own max_flow and the
 # peak budget's memory_budget_bytes, budget_objective, recompute_flops_per_byte,
-# budget_milp_max_variables, budget_milp_max_nodes (Note [Peak budget], docs/budget.md).
+# budget_milp_max_variables, budget_milp_max_nodes, peak_model (Note [Peak budget],
+# docs/budget.md).
 MINCUT_OPTIONS = (
     "activation_memory_budget",
     "aggressive_recomputation",
@@ -78,6 +79,7 @@ MINCUT_OPTIONS = (
     "recompute_flops_per_byte",
     "budget_milp_max_variables",
     "budget_milp_max_nodes",
+    "peak_model",
 )
 
 def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:

@@ -48,7 +48,10 @@ min-cut options             ``torch._functorch.config`` names, passed to the C++
                             (a fraction of the peak range, docs/budget.md), ``max_flow``;
                             fxremat's ``memory_budget_bytes``, ``budget_objective``,
                             ``recompute_flops_per_byte``, ``budget_milp_max_variables``,
-                            ``budget_milp_max_nodes``
+                            ``budget_milp_max_nodes``, ``peak_model`` (``"eager"`` |
+                            ``"inductor"``; default: ``"inductor"`` with the Inductor
+                            compiler, else ``"eager"``: Note [Inductor fusion in the
+                            peak model])
 ==========================  =============================================================
 
 Unknown option names are an error that lists the valid ones.
@@ -115,6 +118,10 @@ class BackendOptions:
         o.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
         o.fallback = bool(options.pop("fallback", False))
         o.mincut = options  # only min-cut names are left
+        if o.compiler == "inductor" and o.partitioner == "mincut":
+            # The budget bounds the peak of the graphs as Inductor runs them, which
+            # inlines pointwise results (Note [Inductor fusion in the peak model]).
+            o.mincut.setdefault("peak_model", "inductor")
         check_partitioner(o.partitioner, o.mincut)
         # policy, offload target and barrier are checked (and the policy parsed) here,
         # before any compile starts

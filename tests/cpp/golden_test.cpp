@@ -156,12 +156,15 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     return PrintPartition(p);
   }
   if (run.rfind("peak", 0) == 0) {
-    // "peak saved=a,b": the peak model (fxremat/peak_model.h) on the partition
-    // that saves these values, its backward in autograd-engine order.
+    // "peak saved=a,b [model=inductor]": the peak model (fxremat/peak_model.h)
+    // on the partition that saves these values, its backward in
+    // autograd-engine order.
     auto words = ParseWords(run.substr(4));
     FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractForTest(*graph, words));
     FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
-    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p));
+    const bool inductor = !words["model"].empty() && words["model"][0] == "inductor";
+    FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e,
+                             SimulatePeak(p, inductor ? PeakModelKind::kInductor : PeakModelKind::kEager));
     return PrintGraph(*p.backward) +
            fmt::format("// peak {} B at '{}' in the {}; forward peak {} B; live after forward {} B; backward peak {} B\n",
                        e.peak_bytes, e.peak_node, e.peak_graph, e.forward_peak_bytes, e.live_after_forward_bytes,
