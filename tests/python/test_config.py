@@ -54,7 +54,7 @@ def _saved(pf, joint):
 def test_cpp_defaults_are_functorchs():
     assert set(_MINCUT_DEFAULTS) == set(MINCUT_OPTIONS) - {"max_flow", "memory_budget_bytes", "budget_objective",
                                                            "recompute_flops_per_byte", "budget_milp_max_variables",
-                                                           "budget_milp_max_nodes"}
+                                                           "budget_milp_max_nodes", "peak_model"}
     for name, value in _MINCUT_DEFAULTS.items():
         assert functorch_config._config[name].default == value, name
     for name, (value, _, _) in _UNHONOURED_CONFIG.items():

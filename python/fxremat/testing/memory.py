@@ -169,3 +169,28 @@ def pytorch_partition(joint: fx.GraphModule, fraction: float = 1.0,
                      for i, n in enumerate(saved)],
            "tangents": [{"backward_input_index": len(saved) + i} for i in range(ntan)]}
     return Partition(fw, bw, sig)
+
+
+def measure_step_peak(step: Any, *args: Any) -> int:
+    """The allocator's peak during ``step(*args)`` (a compiled training step: forward,
+    loss and ``backward()``), above what was allocated before it, on CPU.
+
+    Unlike :func:`measure_peak`, this sees every allocation, also those inside
+    compiled code that no dispatch mode observes (Inductor's generated kernels and
+    buffers): it reads the CPU allocator's alloc/free records through the profiler
+    (``profile_memory=True``). It is the CPU counterpart of
+    ``torch.cuda.max_memory_allocated()`` for validating the peak model's Inductor
+    mode (Note [Inductor fusion in the peak model]). Tensors allocated before the
+    step and freed during it count as negative (the peak is relative to the start).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step(*args)
+    records = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]")
+    live = peak = 0
+    for _, delta in records:
+        live += delta
+        peak = max(peak, live)
+    return peak
