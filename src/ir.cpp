@@ -596,4 +596,58 @@ std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
   return copy;
 }
 
+
+// Note [Tangents without descriptors]
+// A joint graph whose document does not say which forward output each tangent
+// belongs to (AOTAutograd's descriptors were absent: an invoke_subgraph body,
+// an older exporter) gets the mapping PyTorch's partitioners imply: tangents
+// follow the forward outputs that need them, in order. Tried in turn, the first
+// that accounts for every tangent wins:
+//   1. the outputs whose value requires grad;
+//   2. all forward outputs, one tangent each;
+//   3. the floating-point tensor outputs (the only ones that can carry a gradient);
+//   4. in order, each tangent to the next output of its dtype and shape.
+// Otherwise the first tangent that matches no output is an error naming it.
+Expected<std::vector<int64_t>> InferTangentOutputs(const Graph& g) {
+  std::vector<const Node*> tangents;
+  for (const Node* ph : g.placeholders())
+    if (ph->role() == PlaceholderRole::kTangent) tangents.push_back(ph);
+  const std::vector<Node*> outputs = g.outputValues();
+  const int64_t nfo = std::min<int64_t>(g.joint().num_fwd_outputs, static_cast<int64_t>(outputs.size()));
+  auto pick = [&](auto&& keep) {
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < nfo; ++i)
+      if (keep(outputs[static_cast<size_t>(i)])) out.push_back(i);
+    return out;
+  };
+  std::vector<int64_t> by_grad =
+      pick([](const Node* o) { return o && o->val().is_tensor() && o->val().tensor.requires_grad; });
+  if (by_grad.size() == tangents.size()) return by_grad;
+  if (static_cast<int64_t>(tangents.size()) == nfo) return pick([](const Node*) { return true; });
+  std::vector<int64_t> by_dtype =
+      pick([](const Node* o) { return o && o->val().is_tensor() && DTypeIsFloating(o->val().tensor.dtype); });
+  if (by_dtype.size() == tangents.size()) return by_dtype;
+  std::vector<int64_t> matched;
+  int64_t next = 0;
+  for (const Node* t : tangents) {
+    const ValueFacts& tv = t->val();
+    while (next < nfo) {
+      const Node* o = outputs[static_cast<size_t>(next)];
+      ++next;
+      if (o && o->val().is_tensor() && tv.is_tensor() && o->val().tensor.dtype == tv.tensor.dtype &&
+          o->val().tensor.shape == tv.tensor.shape) {
+        matched.push_back(next - 1);
+        break;
+      }
+    }
+    if (matched.size() != static_cast<size_t>(&t - &tangents[0]) + 1)
+      return Status::BadInput(
+          fmt::format("tangent '{}' matches no forward output (no descriptors; {} tangents for {} forward outputs, "
+                      "{} of which require grad): give joint.tangent_outputs",
+                      t->name(), tangents.size(), nfo, by_grad.size()),
+          "joint.tangent_outputs");
+  }
+  return matched;
+}
+
 }  // namespace fxremat

@@ -1004,12 +1004,7 @@ Status GraphReader<V>::InferRolesAndTangents() {
     else p->setRole(PlaceholderRole::kPrimal);
   }
   if (graph_->kind() == GraphKind::kJoint && !has_tangent_outputs_) {
-    std::vector<Node*> outputs = graph_->outputValues();
-    JointFacts& joint = graph_->joint();
-    for (int64_t i = 0; i < joint.num_fwd_outputs && i < static_cast<int64_t>(outputs.size()); ++i) {
-      Node* o = outputs[static_cast<size_t>(i)];
-      if (o && o->val().is_tensor() && o->val().tensor.requires_grad) joint.tangent_outputs.push_back(i);
-    }
+    FXREMAT_ASSIGN_OR_RETURN(graph_->joint().tangent_outputs, InferTangentOutputs(*graph_));
   }
   return Status::Ok();
 }

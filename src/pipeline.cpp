@@ -103,7 +103,21 @@ void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& part
     if (n && n->isPlaceholder()) v.rule = "input";
     else if (v.decision.find("SAVE") != std::string::npos || v.decision.find("OFFLOAD") != std::string::npos)
       v.rule = "policy " + v.decision;  // a PREFER_RECOMPUTE value saved anyway is the partitioner's choice
-    else if (any([](const Node& x) { return IsRandomOp(x); })) v.rule = "random op (never replayed)";
+    else if (any([](const Node& x) { return IsRandomOp(x); })) {
+      v.rule = "random op (never replayed)";
+      // Note [Saved-value rules]: a random op the user asked to recompute is
+      // saved all the same (fxremat does not replay random ops: that needs the
+      // RNG state as a graph value, torch.compile's graph-safe RNG around
+      // checkpointed regions, which is a higher-order op it does not read yet).
+      // The gradients stay exact; the user is told, by op.
+      if (v.decision.find("RECOMPUTE") != std::string::npos) {
+        const Node* op = tuple ? tuple : n;
+        p.signature.notes.push_back(fmt::format(
+            "'{}' ({}) is tagged {} but is saved: fxremat never replays a random op (the graph does not carry "
+            "its RNG state); the saved value keeps the gradients exact, at {} bytes",
+            v.name, op ? op->target() : std::string("?"), v.decision, v.bytes));
+      }
+    }
     else if (any([](const Node& x) { return !x.meta().reads_mutated.empty(); })) v.rule = "reads a mutated input";
     else if (any([](const Node& x) { return MustBeInForward(x); })) v.rule = "must be in the forward";
     else if (n && is_forward_output[n->index()]) v.rule = "forward output";

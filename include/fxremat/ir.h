@@ -395,4 +395,8 @@ Status VerifyGraph(const Graph& graph);
 // Deep copy: same nodes, names, facts and metadata.
 std::unique_ptr<Graph> CloneGraph(const Graph& graph);
 
+// The forward output each tangent of a joint graph belongs to, when nothing
+// records it (Note [Tangents without descriptors] in src/ir.cpp).
+Expected<std::vector<int64_t>> InferTangentOutputs(const Graph& g);
+
 }  // namespace fxremat

@@ -325,8 +325,29 @@ def _placeholders(graph: fx.Graph) -> list[fx.Node]:
     return [n for n in graph.nodes if n.op == "placeholder"]
 
 
+def _tangent_target(desc: Any) -> Any:
+    """The output descriptor a tangent's input descriptor names: ``TangentAOTInput(output=X)``
+    is X's tangent; ``SubclassGetAttrAOTInput(base=<tangent of X>, attr=a)`` (an inner
+    tensor of a tensor-subclass tangent) is the tangent of ``SubclassGetAttrAOTOutput(X, a)``,
+    the matching inner tensor of the flattened output. None when it names none."""
+    if desc is None:
+        return None
+    if type(desc).__name__ == "SubclassGetAttrAOTInput":
+        base = _tangent_target(getattr(desc, "base", None))
+        if base is None:
+            return None
+        try:
+            from torch._functorch._aot_autograd.descriptors import SubclassGetAttrAOTOutput
+        except ImportError:
+            return None
+        return SubclassGetAttrAOTOutput(base=base, attr=desc.attr)
+    return getattr(desc, "output", None)
+
+
 def _infer_tangent_outputs(graph: fx.Graph, num_fwd_outputs: int) -> list[int] | None:
-    """From AOTAutograd's input/output descriptors (meta["desc"]), when they are there."""
+    """From AOTAutograd's input/output descriptors (meta["desc"]), when they are there
+    (None otherwise: the C++ reader then maps tangents by position, Note [Tangents
+    without descriptors] in src/ir.cpp)."""
     out = graph.output_node()
     out_descs = out.meta.get("desc")
     if not isinstance(out_descs, (list, tuple)):
@@ -336,7 +357,7 @@ def _infer_tangent_outputs(graph: fx.Graph, num_fwd_outputs: int) -> list[int] |
         desc = n.meta.get("desc")
         if "tangents" not in n.name:
             continue
-        target = getattr(desc, "output", None)
+        target = _tangent_target(desc)
         if target is None:
             return None
         matches = [i for i, d in enumerate(out_descs[:num_fwd_outputs]) if d == target]
