@@ -254,11 +254,24 @@ class _Encoder:
                     table = shape_env.var_to_val
                 hint = table.get(sym)
             if hint is None:
-                raise UnsupportedGraphError(
-                    f"{where}: symbol {name} has no hint (unbacked symbols are not supported)"
-                )
+                hint = _unbacked_hint(sym, shape_env)
+            if hint is None:
+                raise UnsupportedGraphError(f"{where}: symbol {name} has no hint and no value range")
             self.symbols[name] = int(hint)
         return str(expr)
+
+    def expr_hint(self, d: Any) -> int:
+        """The hint of a compound symbolic expression, from the symbols table (which
+        holds the unbacked symbols' stand-in hints too)."""
+        shape_env = d.node.shape_env
+        try:
+            return int(shape_env.size_hint(d.node.expr))
+        except Exception:  # an unbacked symbol in it: substitute the table's hints
+            import sympy
+
+            subs = {sym: self.symbols[str(sym)] for sym in d.node.expr.free_symbols if str(sym) in self.symbols}
+            value = sympy.sympify(d.node.expr).xreplace({k: sympy.Integer(v) for k, v in subs.items()})
+            return int(value)
 
     def dim(self, d: Any, where: str) -> Any:
         if isinstance(d, torch.SymInt):
@@ -270,7 +283,7 @@ class _Encoder:
                 return {"sym": expr}
             # A compound expression (16*s77) carries its own hint: readers need not
             # evaluate SymPy to size the tensor.
-            return {"sym": expr, "hint": int(d.node.shape_env.size_hint(d.node.expr))}
+            return {"sym": expr, "hint": self.expr_hint(d)}
         return int(d)
 
     def val(self, v: Any, where: str) -> Any:
@@ -311,6 +324,38 @@ class _Encoder:
             f"{where}: meta['val'] of type {type(v).__module__}.{type(v).__qualname__} "
             "cannot be encoded"
         )
+
+
+def _unbacked_hint(sym: Any, shape_env: Any) -> int | None:
+    """Note [Unbacked symbols]: a data-dependent size (nonzero, boolean indexing, MoE
+    routing) has no hint. Sizes and costs use PyTorch's stand-in,
+    ``torch._inductor.config.unbacked_symint_fallback`` (what its partitioner's
+    size hints fall back to), clamped into the symbol's value range (so ``nonzero`` of
+    32 rows counts at most 32). The graph keeps the runtime asserts that bind the
+    symbol where they are (they are never recomputed)."""
+    fallback = 8192
+    try:
+        import torch._inductor.config as inductor_config
+
+        fallback = int(inductor_config.unbacked_symint_fallback)
+    except Exception:  # noqa: BLE001 -- Inductor unavailable: PyTorch's default
+        pass
+    lower, upper = 0, None
+    ranges = getattr(shape_env, "var_to_range", {}) if shape_env is not None else {}
+    vr = ranges.get(sym)
+    if vr is not None:
+        try:
+            lower = int(vr.lower)
+        except (TypeError, ValueError, OverflowError):  # -oo
+            lower = 0
+        try:
+            upper = int(vr.upper)
+        except (TypeError, ValueError, OverflowError):  # oo
+            upper = None
+    hint = max(fallback, lower)
+    if upper is not None:
+        hint = min(hint, upper)
+    return max(hint, 0)
 
 
 def _enc_float(x: float) -> Any:
@@ -598,6 +643,15 @@ def _get_attr(gm: fx.GraphModule, target: str) -> Any:
     return obj
 
 
+def _returns_nothing(node: fx.Node) -> bool:
+    """A call of an op whose schema returns nothing (``-> ()``): tracing leaves no
+    meta['val'] on it."""
+    if node.op != "call_function":
+        return False
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and len(schema.returns) == 0
+
+
 def _encode_meta(enc: _Encoder, node: fx.Node, where: str, val: Any = None) -> dict:
     meta = node.meta
     out: dict[str, Any] = {}
@@ -607,6 +661,8 @@ def _encode_meta(enc: _Encoder, node: fx.Node, where: str, val: Any = None) -> d
         out["val"] = enc.val(meta["val"], f"{where} meta['val']")
     elif "fxremat_val" in meta:  # loaded, but the value could not be rebuilt as fake
         out["val"] = enc.copied_val(meta["fxremat_val"])
+    elif _returns_nothing(node):  # runtime asserts (_assert_scalar, ...): no value to record
+        out["val"] = {"kind": "none"}
     else:
         raise UnsupportedGraphError(
             f"{where}: no meta['val'] (run FakeTensorProp, or trace with make_fx/AOTAutograd)"
