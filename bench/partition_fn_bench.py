@@ -1,5 +1,6 @@
-"""Time fxremat's partition_fn against PyTorch's min_cut_rematerialization_partition on
-the joint graph of a 12-layer GPT-2, inside one torch.compile.
+"""Time fxremat's partition_fn against PyTorch's min_cut_rematerialization_partition (and
+its default_partition) on the joint graph of a 12-layer GPT-2 and of a corpus of models,
+inside torch.compile.
 
     .venv/bin/python bench/partition_fn_bench.py                 # writes docs/benchmarks_partition_fn.md
     .venv/bin/python bench/partition_fn_bench.py --repeat 9 --layers 12 --out /tmp/b.md
@@ -16,7 +17,7 @@ exactly as a real compile hands it over:
   partitions).
 
 In the hook, for each of ``--repeat`` rounds, a deep copy of the joint graph goes to
-each partitioner (alternating; copies and a ``gc.collect()`` are outside the timed
+each partitioner (alternating; copies (new nodes, shared meta values) and a ``gc.collect()`` are outside the timed
 region; both run in the compile's lazy-GraphModule context). The time is the whole
 call, end to end: for fxremat, encoding the joint graph (``to_json``), the C++
 extension (decode, CSE, min cut, extraction, emit documents) and building the two
@@ -28,7 +29,6 @@ not what is measured).
 from __future__ import annotations
 
 import argparse
-import copy
 import gc
 import os
 import platform
@@ -60,26 +60,41 @@ def _model(layers: int):
     return CausalLMLoss(gpt2), ids
 
 
+def _fresh(joint):
+    """A copy of the joint GraphModule to partition: new nodes (the partitioners edit
+    graphs), the same meta values (deep-copying fake tensors with symbolic shapes
+    fails, and neither partitioner edits them)."""
+    import torch.fx as fx
+
+    graph = fx.Graph()
+    out = graph.graph_copy(joint.graph, {})
+    graph.output(out)
+    return fx.GraphModule(joint, graph)
+
+
 def _measure(joint, joint_inputs, kw: dict, repeat: int) -> dict:
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
     import fxremat
     from fxremat._partition_fn import clear_partition_records, partition_records
 
     nfo = kw["num_fwd_outputs"]
     ours_fn = fxremat.partition_fn("mincut")
-    ours_fn(copy.deepcopy(joint), joint_inputs, **kw)  # warm-up: imports the extension
+    ours_fn(_fresh(joint), joint_inputs, **kw)  # warm-up: imports the extension
     clear_partition_records()
-    torch_s, ours_s, saved = [], [], None
+    torch_s, ours_s, default_s, saved = [], [], [], None
     for _ in range(repeat):
-        for which in ("torch", "fxremat"):
-            j = copy.deepcopy(joint)
+        for which in ("torch", "default", "fxremat"):
+            j = _fresh(joint)
             gc.collect()
             t0 = time.perf_counter()
             if which == "torch":
                 fw, _ = min_cut_rematerialization_partition(j, joint_inputs, compiler="inductor", **kw)
                 torch_s.append(time.perf_counter() - t0)
                 ref_saved = [str(n) for n in fw.graph.output_node().args[0][nfo:]]
+            elif which == "default":
+                default_partition(j, joint_inputs, **kw)
+                default_s.append(time.perf_counter() - t0)
             else:
                 fw, _ = ours_fn(j, joint_inputs, **kw)
                 ours_s.append(time.perf_counter() - t0)
@@ -91,14 +106,44 @@ def _measure(joint, joint_inputs, kw: dict, repeat: int) -> dict:
     return {
         "nodes": len(joint.graph.nodes), "saved": len(saved), "saved_bytes": recs[-1].saved_bytes,
         "torch": statistics.median(torch_s), "ours": statistics.median(ours_s),
+        "default": statistics.median(default_s),
         "torch_all": torch_s, "ours_all": ours_s, "phases": phases,
     }
 
 
 def _run(pipeline: str, layers: int, repeat: int) -> dict:
+    model, ids = _model(layers)
+    return _run_model(pipeline, model, (ids,), repeat)
+
+
+def _corpus_step(name: str):
+    """A corpus model of bench/corpus_check.py as a module computing its loss, and its
+    inputs (with the sequence dimension marked dynamic for the *_dynamic entries)."""
     import torch
 
-    model, ids = _model(layers)
+    sys.path.insert(0, str(REPO / "bench"))
+    import corpus_check
+
+    model, inputs, loss_fn = corpus_check.build(name)
+
+    class Step(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *xs):
+            return loss_fn(self.m, *xs)
+
+    if name.endswith("_dynamic"):
+        for x in inputs:
+            torch._dynamo.mark_dynamic(x, 1)
+    torch._dynamo.config.allow_rnn = name in ("lstm", "gru")  # else Dynamo leaves nn.LSTM/GRU to eager
+    return Step(model.train()), inputs
+
+
+def _run_model(pipeline: str, model, inputs: tuple, repeat: int, fullgraph: bool = True) -> dict:
+    import torch
+
     result: dict = {}
 
     def hook(joint, joint_inputs, **kw):
@@ -129,7 +174,7 @@ def _run(pipeline: str, layers: int, repeat: int) -> dict:
     torch._dynamo.reset()
     with torch._functorch.config.patch(enable_autograd_cache=False):
         try:
-            torch.compile(model, backend=backend, fullgraph=True)(ids)
+            torch.compile(model, backend=backend, fullgraph=fullgraph)(*inputs)
         except Exception as e:  # Dynamo wraps the stop signal
             if "_Stop" not in repr(e) and not isinstance(e.__cause__, _Stop):
                 raise
@@ -182,18 +227,6 @@ def _markdown(results: dict, args, command: str) -> str:
         lines.append(f"| {name} | {p['to_json']:.3f} | {p['cpp']:.3f} | {p['build']:.3f} |")
     lines += [
         "",
-        "Where the time goes. fxremat: the C++ call is about 40% marshalling (Python dict -> JSON tree -> IR "
-        "on the way in; IR -> JSON tree -> Python dicts for the two emitted documents on the way out, per "
-        "`perf`), the rest CSE, the cut and extraction; `build` copies about 2 000 joint nodes into the two "
-        "GraphModules once each (no re-trace, no fake tensors rebuilt, the backward's autograd-engine order "
-        "computed on the document before any node exists). PyTorch (cProfile of the inductor pipeline): the "
-        "networkx max-flow (~30%), `reordering_to_mimic_autograd_engine` (~25%: it copies the backward "
-        "again, every `create_node` walking its arguments with pytree), `_extract_fwd_bwd_modules` (~15%, "
-        "three extractions), `fx_graph_cse` (~10%, a full graph copy) and two `recompile`s (~10%). The "
-        "inductor joint graph has many more recomputed nodes in the backward than the aot_eager one (no "
-        "decompositions), which is why PyTorch's reordering, and its time, grow there; fxremat's cost "
-        "follows the node count.",
-        "",
         "All rounds (seconds):",
         "",
     ]
@@ -202,6 +235,42 @@ def _markdown(results: dict, args, command: str) -> str:
         lines.append(f"- {name}: PyTorch {', '.join(f'{t:.3f}' for t in r['torch_all'])}; "
                      f"fxremat {', '.join(f'{t:.3f}' for t in r['ours_all'])}")
     lines.append("")
+    corpus = results.get("corpus") or []
+    if corpus:
+        lines += [
+            "## Corpus",
+            "",
+            "The models of `bench/corpus_check.py` (transformers configs at test size: GPT-2, Llama, Mixtral "
+            "(MoE), BERT, T5, ViT, ResNet, BART; an LSTM and a bidirectional GRU traced with "
+            "`torch._dynamo.config.allow_rnn`; a CNN with BatchNorm in training mode; a module with in-place "
+            "ops and a tensor constant; Llama with a dynamic sequence length), each joint graph taken where "
+            "`torch.compile` hands it to the partitioner, partitioned by PyTorch's min cut, PyTorch's "
+            f"`default_partition` (no min cut) and fxremat's `partition_fn` in alternation ({args.repeat} "
+            "rounds, medians, seconds).",
+            "",
+            "| model | pipeline | joint nodes | PyTorch min cut | PyTorch default_partition | fxremat partition_fn "
+            "| speed-up vs min cut | vs default_partition |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in corpus:
+            if "error" in r:
+                lines.append(f"| {r['model']} | {r['pipeline']} | failed: {r['error'][:100]} | | | | | |")
+                continue
+            lines.append(f"| {r['model']} | {r['pipeline']} | {r['nodes']} | {r['torch']:.4f} | {r['default']:.4f} | "
+                         f"{r['ours']:.4f} | {r['torch'] / r['ours']:.2f}x | {r['default'] / r['ours']:.2f}x |")
+        ok = [r for r in corpus if "error" not in r]
+        if ok:
+            ups = sorted(r["torch"] / r["ours"] for r in ok)
+            dyn = [r["torch"] / r["ours"] for r in ok if r["model"].endswith("_dynamic")]
+            slower = [f"{r['model']} ({r['pipeline']})" for r in ok if r["ours"] > r["default"]]
+            lines += [
+                "",
+                f"Median speed-up over PyTorch's min cut: **{statistics.median(ups):.2f}x** over {len(ok)} graphs "
+                f"(lowest {ups[0]:.2f}x, highest {ups[-1]:.2f}x); dynamic-shape graphs: "
+                + (", ".join(f"{d:.2f}x" for d in dyn) if dyn else "none") + "; slower than `default_partition` on "
+                + (", ".join(slower) if slower else "none") + ".",
+                "",
+            ]
     return "\n".join(lines)
 
 
@@ -210,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--repeat", type=int, default=7, help="rounds per pipeline (median reported; at least 5)")
     ap.add_argument("--pipelines", nargs="+", default=["inductor", "aot_eager"], choices=["inductor", "aot_eager"])
+    ap.add_argument("--corpus", default="gpt2,llama,mixtral_moe,bert,t5,vit,resnet_hf,bart,lstm,gru,conv_bn,"
+                    "inplace_constants,llama_dynamic", help="corpus models (bench/corpus_check.py); '' for none")
+    ap.add_argument("--corpus-pipelines", nargs="+", default=["aot_eager", "inductor"],
+                    choices=["inductor", "aot_eager"])
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks_partition_fn.md"),
                     help="markdown report to write ('-' for none)")
     args = ap.parse_args(argv)
@@ -223,6 +296,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {r['nodes']} joint nodes, {r['saved']} saved; PyTorch min-cut {r['torch']:.3f} s, "
               f"fxremat {r['ours']:.3f} s ({r['torch'] / r['ours']:.1f}x); fxremat phases "
               + ", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()), flush=True)
+    results["corpus"] = []
+    for model_name in [m for m in args.corpus.split(",") if m]:
+        for pipeline in args.corpus_pipelines:
+            try:
+                step, inputs = _corpus_step(model_name)
+                # The first graph a model hands over (HF models may break the graph on logging).
+                r = _run_model(pipeline, step, inputs, args.repeat, fullgraph=False)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 -- a failure is a result
+                r = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+            r.update(model=model_name, pipeline=pipeline)
+            results["corpus"].append(r)
+            print(model_name, pipeline, {k: v for k, v in r.items() if k in ("nodes", "torch", "default", "ours", "error")},
+                  flush=True)
     results["load_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     if args.out != "-":
         Path(args.out).write_text(_markdown(results, args, command))

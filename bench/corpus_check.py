@@ -1,0 +1,238 @@
+"""A broad correctness check of the torch.compile backend on models none of the unit
+tests were written around: each model trains one step under
+``torch.compile(backend="fxremat")`` (aot_eager and Inductor, min cut and a budget) and
+its loss and every gradient are compared with eager PyTorch.
+
+    .venv/bin/python bench/corpus_check.py [--models a,b] [--compilers aot_eager,inductor]
+
+Prints one line per model and configuration; exits 1 if any differs or fails.
+Not part of ``make test`` (it takes minutes); tests/python holds the small versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+
+def _hf(name: str):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    if name == "gpt2":
+        m = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=2, n_positions=32,
+                                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        return m, (torch.randint(0, 128, (2, 16)),), lambda m, ids: m(input_ids=ids, labels=ids).loss
+    if name == "llama":
+        m = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                               max_position_embeddings=32))
+        return m, (torch.randint(0, 128, (2, 16)),), lambda m, ids: m(input_ids=ids, labels=ids).loss
+    if name == "mixtral_moe":
+        m = tf.MixtralForCausalLM(tf.MixtralConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                   num_local_experts=4, num_experts_per_tok=2,
+                                                   max_position_embeddings=32))
+        return m, (torch.randint(0, 128, (2, 16)),), lambda m, ids: m(input_ids=ids, labels=ids).loss
+    if name == "bert":
+        m = tf.BertForMaskedLM(tf.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=64, max_position_embeddings=32,
+                                             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+        return m, (torch.randint(0, 128, (2, 16)),), lambda m, ids: m(input_ids=ids, labels=ids).loss
+    if name == "t5":
+        m = tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                                      num_heads=4, dropout_rate=0.0, decoder_start_token_id=0,
+                                                                      pad_token_id=0))
+        return m, (torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 8))), \
+            lambda m, ids, lab: m(input_ids=ids, labels=lab).loss
+    if name == "vit":
+        m = tf.ViTForImageClassification(tf.ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32,
+                                                      num_hidden_layers=2, num_attention_heads=2,
+                                                      intermediate_size=64, num_labels=10,
+                                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+        return m, (torch.randn(2, 3, 32, 32), torch.tensor([1, 7])), \
+            lambda m, px, lab: m(pixel_values=px, labels=lab).loss
+    if name == "resnet_hf":
+        m = tf.ResNetForImageClassification(tf.ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32],
+                                                            depths=[1, 1], num_labels=10))
+        return m, (torch.randn(2, 3, 32, 32), torch.tensor([1, 7])), \
+            lambda m, px, lab: m(pixel_values=px, labels=lab).loss
+    if name == "bart":
+        m = tf.BartForConditionalGeneration(tf.BartConfig(vocab_size=64, d_model=32, encoder_layers=1,
+                                                          decoder_layers=1, encoder_attention_heads=2,
+                                                          decoder_attention_heads=2, encoder_ffn_dim=64,
+                                                          decoder_ffn_dim=64, max_position_embeddings=32,
+                                                          dropout=0.0, attention_dropout=0.0))
+        return m, (torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 8))), \
+            lambda m, ids, lab: m(input_ids=ids, labels=lab).loss
+    raise KeyError(name)
+
+
+class _LSTMLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(64, 16)
+        self.rnn = torch.nn.LSTM(16, 32, num_layers=2, batch_first=True)
+        self.out = torch.nn.Linear(32, 64)
+
+    def forward(self, ids):
+        h, _ = self.rnn(self.emb(ids))
+        return torch.nn.functional.cross_entropy(self.out(h).flatten(0, 1), ids.flatten())
+
+
+class _GRUClassifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rnn = torch.nn.GRU(8, 16, batch_first=True, bidirectional=True)
+        self.head = torch.nn.Linear(32, 3)
+
+    def forward(self, x, y):
+        h, _ = self.rnn(x)
+        return torch.nn.functional.cross_entropy(self.head(h[:, -1]), y)
+
+
+class _ConvBN(torch.nn.Module):
+    """A small CNN with BatchNorm in training mode: the running statistics are buffers
+    the step mutates (the drop-in mutation rule)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 16, 3, stride=2, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
+
+    def forward(self, x, y):
+        return torch.nn.functional.cross_entropy(self.body(x), y)
+
+
+class _InPlaceAndConstants(torch.nn.Module):
+    """In-place activations, a tensor constant that is no parameter or buffer, and a
+    dropout."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 16)
+        self.scale = torch.linspace(0.5, 1.5, 32)  # a plain attribute: a constant in the graph
+
+    def forward(self, x):
+        h = self.a(x)
+        h.relu_()
+        h = h * self.scale
+        h.mul_(2.0)
+        return self.b(torch.nn.functional.dropout(h, 0.0, training=True)).pow(2).mean()
+
+
+def _local(name: str):
+    torch.manual_seed(0)
+    if name == "lstm":
+        return _LSTMLM(), (torch.randint(0, 64, (2, 12)),), lambda m, ids: m(ids)
+    if name == "gru":
+        return _GRUClassifier(), (torch.randn(3, 7, 8), torch.tensor([0, 2, 1])), lambda m, x, y: m(x, y)
+    if name == "conv_bn":
+        return _ConvBN(), (torch.randn(4, 3, 16, 16), torch.tensor([1, 2, 3, 4])), lambda m, x, y: m(x, y)
+    if name == "inplace_constants":
+        return _InPlaceAndConstants(), (torch.randn(8, 16),), lambda m, x: m(x)
+    raise KeyError(name)
+
+
+MODELS = ["gpt2", "llama", "mixtral_moe", "bert", "t5", "vit", "resnet_hf", "bart", "lstm", "gru", "conv_bn",
+          "inplace_constants", "llama_dynamic"]
+
+
+def build(name: str):
+    if name == "llama_dynamic":
+        return build("llama")
+    if name in ("lstm", "gru", "conv_bn", "inplace_constants"):
+        return _local(name)
+    return _hf(name)
+
+
+def check(name: str, compiler: str, options: dict) -> str:
+    import torch._dynamo
+
+    model, inputs, loss_fn = build(name)
+    model.train()
+    ref = copy.deepcopy(model)
+
+    class Step(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *xs):
+            return loss_fn(self.m, *xs)
+
+    torch._dynamo.reset()
+    # Dynamo skips nn.LSTM / nn.GRU unless asked to trace them (allow_rnn).
+    torch._dynamo.config.allow_rnn = name in ("lstm", "gru")
+    step = torch.compile(Step(model), backend="fxremat", options={"compiler": compiler, **options},
+                         dynamic=True if name.endswith("_dynamic") else None)
+    if name.endswith("_dynamic"):
+        for x in inputs:
+            torch._dynamo.mark_dynamic(x, 1)
+    loss = step(*inputs)
+    loss.backward()
+    want = loss_fn(ref, *inputs)
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-4, atol=1e-5)
+    worst = 0.0
+    for (pname, p), q in zip(model.named_parameters(), ref.parameters()):
+        if q.grad is None and p.grad is None:
+            continue
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"grad of {pname}: {m}")
+        worst = max(worst, float((p.grad - q.grad).abs().max()))
+    for (bname, b), c in zip(model.named_buffers(), ref.buffers()):
+        torch.testing.assert_close(b, c, msg=lambda m: f"buffer {bname}: {m}")
+    import fxremat
+
+    recs = fxremat.partition_records()
+    fb = [r.fallback for r in recs if r.fallback]
+    return f"ok (max grad diff {worst:.1e}; {len(recs)} partitions{'; FALLBACK ' + str(fb) if fb else ''})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--compilers", default="aot_eager,inductor")
+    ap.add_argument("--budget", type=float, default=0.3)
+    args = ap.parse_args()
+    import fxremat._partition_fn as pf
+    import torch._functorch.config
+
+    torch._functorch.config.enable_autograd_cache = False
+    import fxremat.backend
+
+    fxremat.backend.register()
+    failures = 0
+    for name in args.models.split(","):
+        for compiler in args.compilers.split(","):
+            for label, options in (("min cut", {}), (f"budget {args.budget}", {"activation_memory_budget": args.budget})):
+                pf.clear_partition_records()
+                t0 = time.perf_counter()
+                try:
+                    result = check(name, compiler, options)
+                except Exception as e:  # noqa: BLE001 -- a failure is a result
+                    failures += 1
+                    result = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                    if "-v" in sys.argv:
+                        traceback.print_exc()
+                print(f"{name:18s} {compiler:10s} {label:11s} {time.perf_counter() - t0:6.1f}s  {result}", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
