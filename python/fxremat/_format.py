@@ -194,6 +194,9 @@ class _Encoder:
         # no storage address is reused while encoding.
         self.storages: dict[tuple[str, int], int] = {}
         self._storage_refs: list[Any] = []
+        # A symbolic graph repeats a few expressions (s0, 16*s0, ...) in every shape and
+        # stride: each is printed (SymPy's printer is slow) and hinted once.
+        self._dim_cache: dict[Any, Any] = {}
 
     def storage_id(self, key: tuple[str, int]) -> int:
         sid = self.storages.get(key)
@@ -278,12 +281,19 @@ class _Encoder:
             c = d.node.maybe_as_int()
             if c is not None:
                 return int(c)
+            key = d.node.expr
+            cached = self._dim_cache.get(key)
+            if cached is not None:
+                return dict(cached)
             expr = self._sym_expr(d, where)
             if expr in self.symbols:  # a bare symbol: its hint is in the symbols table
-                return {"sym": expr}
-            # A compound expression (16*s77) carries its own hint: readers need not
-            # evaluate SymPy to size the tensor.
-            return {"sym": expr, "hint": self.expr_hint(d)}
+                out = {"sym": expr}
+            else:
+                # A compound expression (16*s77) carries its own hint: readers need not
+                # evaluate SymPy to size the tensor.
+                out = {"sym": expr, "hint": self.expr_hint(d)}
+            self._dim_cache[key] = out
+            return dict(out)
         return int(d)
 
     def val(self, v: Any, where: str) -> Any:
