@@ -68,7 +68,7 @@ def _fresh(joint):
 
     graph = fx.Graph()
     out = graph.graph_copy(joint.graph, {})
-    graph.output(out)
+    graph.output(out).meta = dict(joint.graph.output_node().meta)  # AOTAutograd's output descriptors
     return fx.GraphModule(joint, graph)
 
 

@@ -629,7 +629,8 @@ Expected<std::vector<int64_t>> InferTangentOutputs(const Graph& g) {
   if (by_dtype.size() == tangents.size()) return by_dtype;
   std::vector<int64_t> matched;
   int64_t next = 0;
-  for (const Node* t : tangents) {
+  for (size_t k = 0; k < tangents.size(); ++k) {
+    const Node* t = tangents[k];
     const ValueFacts& tv = t->val();
     while (next < nfo) {
       const Node* o = outputs[static_cast<size_t>(next)];
@@ -640,7 +641,7 @@ Expected<std::vector<int64_t>> InferTangentOutputs(const Graph& g) {
         break;
       }
     }
-    if (matched.size() != static_cast<size_t>(&t - &tangents[0]) + 1)
+    if (matched.size() != k + 1)
       return Status::BadInput(
           fmt::format("tangent '{}' matches no forward output (no descriptors; {} tangents for {} forward outputs, "
                       "{} of which require grad): give joint.tangent_outputs",

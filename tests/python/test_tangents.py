@@ -179,3 +179,38 @@ def test_a_random_op_tagged_recompute_is_saved_with_a_warning():
     x2 = x.detach().clone().requires_grad_()
     gn(x2).sum().backward()
     torch.testing.assert_close(x1.grad, x2.grad)
+
+
+def test_tangents_match_outputs_by_dtype_and_shape(tmp_path):
+    """BatchNorm in training mode: the forward outputs are the running statistics the
+    step writes back (no tangents) and then the loss. Without descriptors, one tangent,
+    seven floating outputs among them: rule 4 maps the scalar tangent to the scalar
+    float output, as the descriptors do."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                                torch.nn.LazyLinear(2)).train()
+    x = torch.randn(2, 3, 6, 6)
+    model(x)  # materialise the lazy layer
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, x):
+            return self.m(x).pow(2).mean()
+
+    joint = fxremat.export_joint(Loss(), x)
+    with_facts = fxremat.to_json(joint.gm, num_fwd_outputs=joint.num_fwd_outputs)
+    want = with_facts["joint"]["tangent_outputs"]
+    doc = json.loads(json.dumps(with_facts))
+    del doc["joint"]["tangent_outputs"]
+    for node in doc["nodes"]:
+        val = (node.get("meta") or {}).get("val")
+        if isinstance(val, dict) and val.get("kind") == "tensor":
+            val["requires_grad"] = False
+    path = tmp_path / "bn.json"
+    path.write_text(json.dumps(doc))
+    got = fxremat.partition(path)
+    assert [t["forward_output_index"] for t in got.signature["tangents"]] == want
+    assert joint.num_fwd_outputs > 1 + len(want)
