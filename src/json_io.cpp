@@ -798,6 +798,20 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
                                         value.str()));
         return Argument::NodeRef(created_[target]);
       }
+      if (key == "complex") {  // a Python complex scalar: [real, imag], each a number or {"float": ...}
+        if (value.kind() != JKind::kArray || value.size() != 2)
+          return Fail(path, "a complex constant is {\"complex\": [real, imag]}");
+        double parts[2] = {0, 0};
+        const JsonPath complex_path(path, "complex");
+        for (size_t i = 0; i < 2; ++i) {
+          const JsonPath part_path(complex_path, i);
+          FXREMAT_ASSIGN_OR_RETURN(Argument part, ReadArgument(value.at(i), part_path, node_name, depth + 1));
+          if (part.kind == Argument::Kind::kDouble) parts[i] = part.double_value;
+          else if (part.kind == Argument::Kind::kInt) parts[i] = static_cast<double>(part.int_value);
+          else return Fail(part_path, "expected a number");
+        }
+        return Argument::Complex(parts[0], parts[1]);
+      }
       if (value.kind() != JKind::kString) break;
       const std::string_view text = value.str();
       if (key == "float") {
@@ -1204,6 +1218,9 @@ ojson ArgumentToJson(const Argument& a) {
     case Argument::Kind::kDevice: return ojson{{"device", a.text}};
     case Argument::Kind::kLayout: return ojson{{"layout", a.text}};
     case Argument::Kind::kMemoryFormat: return ojson{{"memory_format", a.text}};
+    case Argument::Kind::kComplex:
+      return ojson{{"complex", ojson::array({ArgumentToJson(Argument::Double(a.double_value)),
+                                            ArgumentToJson(Argument::Double(a.imag_value))})}};
   }
   return nullptr;
 }
@@ -1409,6 +1426,14 @@ void WriteArgument(JsonStreamWriter& w, const Argument& a) {
     case Argument::Kind::kDevice: return tagged("device", a.text);
     case Argument::Kind::kLayout: return tagged("layout", a.text);
     case Argument::Kind::kMemoryFormat: return tagged("memory_format", a.text);
+    case Argument::Kind::kComplex:
+      w.BeginObject();
+      w.Key("complex");
+      w.BeginArray();
+      WriteArgument(w, Argument::Double(a.double_value));
+      WriteArgument(w, Argument::Double(a.imag_value));
+      w.EndArray();
+      return w.EndObject();
   }
   w.Null();
 }

@@ -613,6 +613,20 @@ Expected<Argument> Parser::ParseArgument(Lexer& lex) {
       if (tok.text == "False") return Argument::Bool(false);
       if (tok.text == "inf") return Argument::Double(INFINITY);
       if (tok.text == "nan") return Argument::Double(NAN);
+      if (tok.text == "complex") {  // complex(real, imag): a Python complex scalar
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("("));
+        double parts[2] = {0, 0};
+        for (int i = 0; i < 2; ++i) {
+          if (i) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+          const size_t col = lex.peek().col;
+          FXREMAT_ASSIGN_OR_RETURN(Argument part, ParseArgument(lex));
+          if (part.kind == Argument::Kind::kDouble) parts[i] = part.double_value;
+          else if (part.kind == Argument::Kind::kInt) parts[i] = static_cast<double>(part.int_value);
+          else return lex.Error(col, "complex(real, imag) takes two numbers");
+        }
+        FXREMAT_RETURN_IF_ERROR(lex.Expect(")"));
+        return Argument::Complex(parts[0], parts[1]);
+      }
       if (tok.text == "device") {
         FXREMAT_RETURN_IF_ERROR(lex.Expect("("));
         FXREMAT_ASSIGN_OR_RETURN(std::string key, lex.ExpectIdent());

@@ -89,6 +89,8 @@ std::string FormatArgument(const Argument& a) {
     }
     case Argument::Kind::kLayout:
     case Argument::Kind::kMemoryFormat: return fmt::format("torch.{}", a.text);
+    case Argument::Kind::kComplex:
+      return fmt::format("complex({}, {})", FormatDouble(a.double_value), FormatDouble(a.imag_value));
   }
   return "?";
 }

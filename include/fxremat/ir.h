@@ -120,11 +120,12 @@ struct Constant {
 struct Argument {
   enum class Kind : uint8_t {
     kNone, kBool, kInt, kDouble, kString, kNode, kList,
-    kDType, kDevice, kLayout, kMemoryFormat,
+    kDType, kDevice, kLayout, kMemoryFormat, kComplex,
   };
   Kind kind = Kind::kNone;
   int64_t int_value = 0;     // kBool (0/1), kInt, kDType (the enum value)
-  double double_value = 0;   // kDouble (may be inf/nan)
+  double double_value = 0;   // kDouble (may be inf/nan); kComplex: the real part
+  double imag_value = 0;     // kComplex: the imaginary part (a Python complex scalar, e.g. 1j)
   std::string text;          // kString, kDevice ("cpu"), kLayout ("strided"), kMemoryFormat
   Node* node = nullptr;      // kNode
   std::vector<Argument> list;  // kList
@@ -133,6 +134,9 @@ struct Argument {
   static Argument Bool(bool v) { Argument a; a.kind = Kind::kBool; a.int_value = v; return a; }
   static Argument Int(int64_t v) { Argument a; a.kind = Kind::kInt; a.int_value = v; return a; }
   static Argument Double(double v) { Argument a; a.kind = Kind::kDouble; a.double_value = v; return a; }
+  static Argument Complex(double re, double im) {
+    Argument a; a.kind = Kind::kComplex; a.double_value = re; a.imag_value = im; return a;
+  }
   static Argument String(std::string v) { Argument a; a.kind = Kind::kString; a.text = std::move(v); return a; }
   static Argument NodeRef(Node* n) { Argument a; a.kind = Kind::kNode; a.node = n; return a; }
   static Argument List(std::vector<Argument> v) { Argument a; a.kind = Kind::kList; a.list = std::move(v); return a; }

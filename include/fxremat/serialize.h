@@ -12,7 +12,7 @@
 namespace fxremat {
 
 inline constexpr int kFormatMajorVersion = 1;
-inline constexpr int kFormatMinorVersion = 2;
+inline constexpr int kFormatMinorVersion = 3;  // 1.3: complex constants
 
 // Parses a graph document. Every error names its JSON path ("/nodes/3/args/0")
 // or node. The result passes VerifyGraph.

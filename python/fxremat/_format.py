@@ -24,7 +24,7 @@ import torch.fx as fx
 from ._errors import FormatError, UnsupportedGraphError
 
 FORMAT_NAME = "fxremat.graph"
-VERSION = (1, 2)  # written; a reader accepts any 1.x
+VERSION = (1, 3)  # written; a reader accepts any 1.x (1.3: complex constants)
 # Tensor constants up to this many bytes are written inline; larger ones go to the
 # safetensors sidecar when the writer has a file (docs/format.md, "constants").
 INLINE_CONSTANT_BYTES = 64 * 1024
@@ -239,6 +239,8 @@ class _Encoder:
             return int(a)
         if isinstance(a, float):
             return _enc_float(a)
+        if isinstance(a, complex):  # a complex scalar (polar's backward multiplies by 1j)
+            return {"complex": [_enc_float(a.real), _enc_float(a.imag)]}
         if isinstance(a, (list, tuple)):
             return [self.arg(x, f"{where}[{i}]") for i, x in enumerate(a)]
         if isinstance(a, torch.dtype):
@@ -1013,6 +1015,12 @@ class _Decoder:
             if key == "float":
                 _expect(v in ("inf", "-inf", "nan"), where, f"unknown float {v!r}")
                 return float(v)
+            if key == "complex":
+                _expect(isinstance(v, list) and len(v) == 2, where, "a complex constant is {\"complex\": [real, imag]}")
+                parts = [self.arg(x, f"{where}.complex[{i}]", env, later) for i, x in enumerate(v)]
+                _expect(all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in parts), where,
+                        f"complex parts must be numbers, got {v!r}")
+                return complex(parts[0], parts[1])
             if key in ("dtype", "layout", "memory_format"):
                 cls = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}[key]
                 obj = getattr(torch, v, None) if isinstance(v, str) and v.isidentifier() else None

@@ -515,6 +515,7 @@ class Interpreter {
       case Argument::Kind::kBool: return IValue(a.int_value != 0);
       case Argument::Kind::kInt: return IValue(a.int_value);
       case Argument::Kind::kDouble: return IValue(a.double_value);
+      case Argument::Kind::kComplex: return IValue(c10::complex<double>(a.double_value, a.imag_value));
       case Argument::Kind::kString: return IValue(a.text);
       case Argument::Kind::kDType: return IValue(ToScalarType(a.dtype()));
       case Argument::Kind::kDevice: return IValue(VerifyDevice());
