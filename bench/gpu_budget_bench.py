@@ -234,8 +234,9 @@ def report(results, timing, env, args, offload) -> str:
         f"{env['params_m']:.0f}M parameters, {env['dtype']}, batch {args.batch} × {args.seq} tokens, random "
         "weights; one step = forward, causal-LM loss, backward, all under `torch.compile` with Inductor.",
         "Peak = `torch.cuda.max_memory_allocated()` during the step minus what was allocated before it "
-        "(parameters and batch). Model peak = fxremat's C++ peak model of the partitioned aten graphs "
-        "(before Inductor fuses and reuses buffers).",
+        "(parameters and batch). Model peak = fxremat's C++ peak model of the partitioned aten graphs, "
+        "in the mode the backend used (`peak_model`: `inductor` under Inductor since d89b57f, Note [Inductor "
+        "fusion in the peak model]).",
         "",
         "| configuration | peak (MiB) | live after forward (MiB) | step (ms) | step / PyTorch min cut | "
         "model peak (MiB) | model / measured | compile (s) | partition (s) |",
