@@ -521,8 +521,16 @@ Status Parser::ParseHeaderLine(Lexer& lex) {
     FXREMAT_ASSIGN_OR_RETURN(std::string schema, lex.ExpectString());
     std::vector<std::string> tags;
     FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
-    while (!lex.IsPunct("]")) {
+    // Tags are torch.Tag names: identifiers, as the JSON reader requires (the
+    // lexer's identifiers also take dotted targets; found by the fuzzer).
+    auto expect_tag = [&]() -> Expected<std::string> {
+      const size_t tag_col = lex.peek().col;
       FXREMAT_ASSIGN_OR_RETURN(std::string tag, lex.ExpectIdent());
+      if (!IsPythonIdentifier(tag)) return lex.Error(tag_col, fmt::format("tag '{}' is not an identifier", tag));
+      return tag;
+    };
+    while (!lex.IsPunct("]")) {
+      FXREMAT_ASSIGN_OR_RETURN(std::string tag, expect_tag());
       tags.push_back(tag);
       if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
     }
@@ -533,7 +541,7 @@ Status Parser::ParseHeaderLine(Lexer& lex) {
       FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
       FXREMAT_RETURN_IF_ERROR(lex.Expect("["));
       while (!lex.IsPunct("]")) {
-        FXREMAT_ASSIGN_OR_RETURN(std::string tag, lex.ExpectIdent());
+        FXREMAT_ASSIGN_OR_RETURN(std::string tag, expect_tag());
         packet_tags.push_back(tag);
         if (!lex.IsPunct("]")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
       }
