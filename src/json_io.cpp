@@ -755,7 +755,7 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
   } else if (kind == "const") {
     v.kind = ValueFacts::Kind::kConst;
     auto value = f.find("value");
-    v.expr = value ? value->dump() : "None";
+    v.expr = value ? value->dump() : "null";  // JSON text, as the writers copy it
   } else {
     return Fail(JsonPath(path, "kind"), fmt::format("unknown value kind '{}'", kind));
   }
@@ -1159,6 +1159,14 @@ ojson DimToJson(const Dim& d) {
   return ojson{{"sym", d.expr}, {"hint", d.hint}};
 }
 
+// A kConst value's JSON text as a document value. The readers only store
+// valid JSON text; anything else (an IR built by hand) is written as null
+// rather than as nlohmann's "<discarded>", which no reader accepts.
+ojson ConstValueJson(const std::string& text) {
+  ojson value = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+  return value.is_discarded() ? ojson(nullptr) : value;
+}
+
 ojson ValueFactsToJson(const ValueFacts& v) {
   ojson j;
   switch (v.kind) {
@@ -1191,7 +1199,7 @@ ojson ValueFactsToJson(const ValueFacts& v) {
     case ValueFacts::Kind::kNone: j["kind"] = "none"; break;
     case ValueFacts::Kind::kConst:
       j["kind"] = "const";
-      j["value"] = ojson::parse(v.expr, nullptr, /*allow_exceptions=*/false);
+      j["value"] = ConstValueJson(v.expr);
       break;
     case ValueFacts::Kind::kUnknown: break;
   }
@@ -1394,7 +1402,7 @@ void WriteValueFacts(JsonStreamWriter& w, const ValueFacts& v) {
     case ValueFacts::Kind::kNone: w.Key("kind"); w.String("none"); break;
     case ValueFacts::Kind::kConst:
       w.Key("kind"); w.String("const");
-      w.Key("value"); w.Raw(ojson::parse(v.expr, nullptr, /*allow_exceptions=*/false));
+      w.Key("value"); w.Raw(ConstValueJson(v.expr));
       break;
     case ValueFacts::Kind::kUnknown: break;
   }

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "fxremat/text.h"
 #include "src/constants_io.h"
@@ -286,6 +287,11 @@ class FactsParser {
     if (Consume("Const(")) {
       v.kind = ValueFacts::Kind::kConst;
       FXREMAT_ASSIGN_OR_RETURN(std::string_view inner, Balanced('(', ')'));
+      // The constant is JSON text (what the JSON form holds under "value"); the
+      // writers copy it verbatim, so anything else would make them write invalid
+      // JSON (found by the fuzzer).
+      if (!nlohmann::json::accept(inner))
+        return Err(fmt::format("Const({}) does not hold a JSON value", inner));
       v.expr = std::string(inner);
       return v;
     }
