@@ -13,12 +13,6 @@ namespace fxremat {
 
 namespace {
 
-// A view op: its result aliases an input (schema `Tensor(a)` return).
-bool IsViewOp(const Node& n) {
-  const OpInfo* info = n.isCallFunction() ? n.opInfo() : nullptr;
-  return info && info->hasSchema() && info->schema.returnsAlias() && !info->schema.isMutable();
-}
-
 // The node whose storage `n` aliases: follows view ops back to their first
 // tensor argument.
 const Node* AliasRoot(const Node* n) {

@@ -64,6 +64,11 @@ bool IsRandomOp(const Node& n) {
   return info && info->hasTag("nondeterministic_seeded") && !DrawsNoRandomNumbers(n, *info);
 }
 
+bool IsViewOp(const Node& n) {
+  const OpInfo* info = n.isCallFunction() ? n.opInfo() : nullptr;
+  return info && info->hasSchema() && info->schema.returnsAlias() && !info->schema.isMutable();
+}
+
 bool IsAssertOnlySymBool(const Node& n) {
   return n.val().kind == ValueFacts::Kind::kSymBool && !n.users().empty() &&
          std::all_of(n.users().begin(), n.users().end(),

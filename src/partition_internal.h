@@ -27,6 +27,8 @@ Expected<bool> HasRecomputableOps(const Graph& graph);
 // A random op (the reference's native_dropout / rand_like / randn_like, or any op
 // tagged nondeterministic_seeded): replaying it would draw different numbers.
 bool IsRandomOp(const Node& n);
+// A view op: its result aliases an input (schema `Tensor(a)` return, not `Tensor(a!)`).
+bool IsViewOp(const Node& n);
 // Ops with side effects (a mutable schema): never dropped as dead code.
 bool IsImpure(const Node& n);
 

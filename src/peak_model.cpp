@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/op_categories.h"
+#include "src/partition_internal.h"
 
 namespace fxremat {
 
@@ -137,10 +138,8 @@ bool IsReductionOp(const Node& n) {
   return info && info->packetHasTag("reduction") && !info->schema.isMutable();
 }
 
-bool IsViewOp(const Node& n) {
-  const OpInfo* info = n.isCallFunction() ? n.opInfo() : nullptr;
-  return info && info->hasSchema() && info->schema.returnsAlias() && !info->schema.isMutable() && n.val().is_tensor();
-}
+// A view (IsViewOp) whose result is one tensor.
+bool IsTensorView(const Node& n) { return n.val().is_tensor() && IsViewOp(n); }
 
 // Per node of g: whether Inductor would inline its result into its readers
 // (Note [Inductor fusion in the peak model]); views are marked when they pass
@@ -151,12 +150,12 @@ std::vector<bool> InlinedValues(const Graph& g) {
   const auto& nodes = g.nodes();
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     const Node& n = **it;
-    const bool producer = InlinableProducer(n), view = IsViewOp(n);
+    const bool producer = InlinableProducer(n), view = IsTensorView(n);
     if (!producer && !view) continue;
     bool fuses = !n.users().empty();
     for (const Node* u : n.users()) {
       if (u == output) { fuses = false; break; }
-      const bool reader = InlinableProducer(*u) || IsReductionOp(*u) || (IsViewOp(*u) && inlined[u->index()]);
+      const bool reader = InlinableProducer(*u) || IsReductionOp(*u) || (IsTensorView(*u) && inlined[u->index()]);
       if (!reader) { fuses = false; break; }
     }
     inlined[n.index()] = fuses;

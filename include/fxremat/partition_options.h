@@ -16,6 +16,8 @@ namespace fxremat {
 
 // Which max-flow implementation solves the cut (src/max_flow.h); all give the same cut.
 enum class MaxFlowAlgorithm { kBoykovKolmogorov, kPushRelabel, kDinic };
+std::string_view MaxFlowAlgorithmName(MaxFlowAlgorithm algorithm);
+bool MaxFlowAlgorithmFromName(std::string_view name, MaxFlowAlgorithm& out);
 
 // How the peak model (Note [Peak model], fxremat/peak_model.h) counts a
 // pointwise op's result: always allocated (kEager: what the GraphModules do
@@ -23,8 +25,6 @@ enum class MaxFlowAlgorithm { kBoykovKolmogorov, kPushRelabel, kDinic };
 // kernels that read it, never allocated (kInductor: Note [Inductor fusion in
 // the peak model]).
 enum class PeakModelKind { kEager, kInductor };
-std::string_view MaxFlowAlgorithmName(MaxFlowAlgorithm algorithm);
-bool MaxFlowAlgorithmFromName(std::string_view name, MaxFlowAlgorithm& out);
 
 // The reference's config knobs (torch._functorch.config), same names and
 // defaults. Every field can be set from the CLI (`--config NAME=VALUE`) and
