@@ -273,8 +273,6 @@ class _Encoder:
                 hint = table.get(sym)
             if hint is None:
                 hint = _unbacked_hint(sym, shape_env)
-            if hint is None:
-                raise UnsupportedGraphError(f"{where}: symbol {name} has no hint and no value range")
             self.symbols[name] = int(hint)
         return str(expr)
 
@@ -351,7 +349,7 @@ class _Encoder:
         )
 
 
-def _unbacked_hint(sym: Any, shape_env: Any) -> int | None:
+def _unbacked_hint(sym: Any, shape_env: Any) -> int:
     """Note [Unbacked symbols]: a data-dependent size (nonzero, boolean indexing, MoE
     routing) has no hint. Sizes and costs use PyTorch's stand-in,
     ``torch._inductor.config.unbacked_symint_fallback`` (what its partitioner's
