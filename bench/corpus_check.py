@@ -161,30 +161,43 @@ def build(name: str):
     return _hf(name)
 
 
-def check(name: str, compiler: str, options: dict) -> str:
+class LossStep(torch.nn.Module):
+    """A corpus model's training loss as one module: what torch.compile compiles."""
+
+    def __init__(self, m: torch.nn.Module, loss_fn):
+        super().__init__()
+        self.m = m
+        self.loss_fn = loss_fn
+
+    def forward(self, *xs):
+        return self.loss_fn(self.m, *xs)
+
+
+def loss_step(name: str):
+    """``(LossStep in training mode, inputs, loss_fn)`` for a corpus model, ready to
+    compile: the sequence dimension of the ``*_dynamic`` entries' inputs is marked
+    dynamic, and Dynamo is told to trace nn.LSTM / nn.GRU (``allow_rnn``; else it
+    leaves them to eager and no partitioner sees them)."""
     import torch._dynamo
 
     model, inputs, loss_fn = build(name)
-    model.train()
-    ref = copy.deepcopy(model)
-
-    class Step(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, *xs):
-            return loss_fn(self.m, *xs)
-
-    torch._dynamo.reset()
-    # Dynamo skips nn.LSTM / nn.GRU unless asked to trace them (allow_rnn).
-    torch._dynamo.config.allow_rnn = name in ("lstm", "gru")
-    step = torch.compile(Step(model), backend="fxremat", options={"compiler": compiler, **options},
-                         dynamic=True if name.endswith("_dynamic") else None)
     if name.endswith("_dynamic"):
         for x in inputs:
             torch._dynamo.mark_dynamic(x, 1)
-    loss = step(*inputs)
+    torch._dynamo.config.allow_rnn = name in ("lstm", "gru")
+    return LossStep(model.train(), loss_fn), inputs, loss_fn
+
+
+def check(name: str, compiler: str, options: dict) -> str:
+    import torch._dynamo
+
+    step, inputs, loss_fn = loss_step(name)
+    model = step.m
+    ref = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="fxremat", options={"compiler": compiler, **options},
+                             dynamic=True if name.endswith("_dynamic") else None)
+    loss = compiled(*inputs)
     loss.backward()
     want = loss_fn(ref, *inputs)
     want.backward()

@@ -119,26 +119,11 @@ def _run(pipeline: str, layers: int, repeat: int) -> dict:
 def _corpus_step(name: str):
     """A corpus model of bench/corpus_check.py as a module computing its loss, and its
     inputs (with the sequence dimension marked dynamic for the *_dynamic entries)."""
-    import torch
-
     sys.path.insert(0, str(REPO / "bench"))
     import corpus_check
 
-    model, inputs, loss_fn = corpus_check.build(name)
-
-    class Step(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, *xs):
-            return loss_fn(self.m, *xs)
-
-    if name.endswith("_dynamic"):
-        for x in inputs:
-            torch._dynamo.mark_dynamic(x, 1)
-    torch._dynamo.config.allow_rnn = name in ("lstm", "gru")  # else Dynamo leaves nn.LSTM/GRU to eager
-    return Step(model.train()), inputs
+    step, inputs, _ = corpus_check.loss_step(name)
+    return step, inputs
 
 
 def _run_model(pipeline: str, model, inputs: tuple, repeat: int, fullgraph: bool = True) -> dict:
