@@ -100,8 +100,42 @@ bool SharesStorage(const Node& n, const Node** source) {
 
 }  // namespace
 
+namespace {
+
+double GraphCost(const Graph& g, double flops_per_byte) {
+  double cost = 0;
+  for (const auto& up : g.nodes()) cost += RecomputeCost(*up, flops_per_byte);
+  return cost;
+}
+
+// Note [Higher-order ops]: a HOP costs what its bodies cost: cond the dearer
+// branch, map_impl its body once per slice of its mapped inputs, any other
+// (invoke_subgraph, ...) each body it calls once.
+double HigherOrderCost(const Node& n, double flops_per_byte) {
+  const Graph& owner = *n.owningGraph();
+  double total = 0, dearest = 0;
+  for (const Argument& a : n.args()) {
+    if (!a.is_node()) continue;
+    const Graph* body = owner.subgraphOf(*a.node);
+    if (!body) continue;
+    const double c = GraphCost(*body, flops_per_byte);
+    total += c;
+    dearest = std::max(dearest, c);
+  }
+  if (n.target() == "higher_order.cond") return dearest;
+  if (n.target() == "higher_order.map_impl" && n.args().size() >= 2 && n.args()[1].kind == Argument::Kind::kList &&
+      !n.args()[1].list.empty() && n.args()[1].list[0].is_node()) {
+    const ValueFacts& xs = n.args()[1].list[0].node->val();
+    if (xs.is_tensor() && !xs.tensor.shape.empty()) return total * static_cast<double>(xs.tensor.shape[0].hint);
+  }
+  return total;
+}
+
+}  // namespace
+
 double RecomputeCost(const Node& n, double flops_per_byte) {
   if (!n.isCallFunction() || n.isGetItem() || IsAlias(n)) return 0;
+  if (IsHigherOrderTarget(n.target())) return HigherOrderCost(n, flops_per_byte);
   double bytes = static_cast<double>(n.val().nbytes());
   for (const Node* in : n.inputs())
     if (in->val().is_tensor()) bytes += static_cast<double>(in->val().tensor.nbytes());

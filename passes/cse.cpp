@@ -48,6 +48,7 @@ bool AppendKey(const Argument& a, std::string& key) {
     case Argument::Kind::kDevice: key += "D" + a.text; return true;
     case Argument::Kind::kLayout: key += "L" + a.text; return true;
     case Argument::Kind::kMemoryFormat: key += "M" + a.text; return true;
+    case Argument::Kind::kOp: key += fmt::format("o{}:{}", a.text.size(), a.text); return true;
     case Argument::Kind::kComplex:
       if (std::isnan(a.double_value) || std::isnan(a.imag_value)) return false;
       key += fmt::format("c{},{}", a.double_value, a.imag_value);

@@ -36,6 +36,8 @@ Expected<bool> EliminateDeadCode(Graph& graph) {
     if (up->op() == OpKind::kGetAttr) read.insert(up->target());
   for (auto it = graph.constants().begin(); it != graph.constants().end();)
     it = read.count(it->first) ? std::next(it) : graph.constants().erase(it);
+  for (auto it = graph.subgraphs().begin(); it != graph.subgraphs().end();)
+    it = read.count(it->first) ? std::next(it) : graph.subgraphs().erase(it);
   return true;
 }
 

@@ -24,11 +24,53 @@ void ForEachTailCopy(const Graph& joint, Fn&& fn) {
   }
 }
 
+// A graph that runs an effectful op (a with_effects node, in it or in a
+// subgraph it calls).
+bool RunsEffects(const Graph& g, int depth = 0) {
+  if (depth > 16) return false;
+  for (const auto& up : g.nodes()) {
+    if (up->isCallFunction() && up->target() == "higher_order.with_effects") return true;
+    if (const Graph* sub = g.subgraphOf(*up); sub && RunsEffects(*sub, depth + 1)) return true;
+  }
+  return false;
+}
+
+// The reference's is_with_effects: with_effects, or an invoke_subgraph whose
+// body has effects.
+bool IsWithEffects(const Node& n) {
+  if (!n.isCallFunction()) return false;
+  if (n.target() == "higher_order.with_effects") return true;
+  if (n.target() != "higher_order.invoke_subgraph" || n.args().empty() || !n.args()[0].is_node()) return false;
+  const Graph* body = n.owningGraph()->subgraphOf(*n.args()[0].node);
+  return body && RunsEffects(*body);
+}
+
+// force_save_effectful_ops: the leaf getitems of a forward with_effects are
+// MUST_SAVE, so the effectful op never runs again in the backward.
+template <typename Fn>
+void ForEachEffectfulResult(const Node& n, Fn&& fn) {
+  for (Node* user : n.users()) {
+    if (!user->isGetItem()) continue;
+    ForEachEffectfulResult(*user, fn);
+    if (user->val().kind != ValueFacts::Kind::kTuple) fn(*user);
+  }
+}
+
+bool IsForwardEffect(const Node& n) {
+  return IsWithEffects(n) && !MustRecompute(n) && n.meta().partitioner_tag != "is_backward";
+}
+
 }  // namespace
 
 bool NeedsForcedSaves(const Graph& joint) {
   for (const auto& up : joint.nodes())
     if (IsCollective(*up) && !MustRecompute(*up) && up->meta().recompute != "MUST_SAVE") return true;
+  for (const auto& up : joint.nodes()) {
+    if (!IsForwardEffect(*up)) continue;
+    bool unsaved = false;
+    ForEachEffectfulResult(*up, [&](const Node& r) { unsaved = unsaved || r.meta().recompute != "MUST_SAVE"; });
+    if (unsaved) return true;
+  }
   bool bw_copy = false;
   ForEachTailCopy(joint, [&](const Node& n) { bw_copy = bw_copy || n.meta().partitioner_tag == "must_be_in_backward"; });
   return bw_copy;
@@ -43,6 +85,8 @@ Expected<bool> ForceSaves(Graph& joint) {
   };
   for (const auto& up : joint.nodes())
     if (IsCollective(*up) && !MustRecompute(*up)) make_must_save(*up);
+  for (const auto& up : joint.nodes())
+    if (IsForwardEffect(*up)) ForEachEffectfulResult(*up, [&](const Node& r) { make_must_save(const_cast<Node&>(r)); });
   std::set<const Node*> mutated_in_backward;
   std::vector<Node*> sources;
   ForEachTailCopy(joint, [&](const Node& n) {

@@ -11,6 +11,10 @@
 //   tagged must_be_in_backward, both at the tail of the graph) is MUST_SAVE:
 //   recomputing it in the backward would read the input after the backward's
 //   own write.
+//   The results of a forward with_effects (an effectful op in its token
+//   chain, or an invoke_subgraph whose body runs one) are MUST_SAVE unless it
+//   is tagged for recompute or is_backward: the effect happens once
+//   (the reference's force_save_effectful_ops; Note [Higher-order ops]).
 #pragma once
 
 #include "fxremat/ir.h"

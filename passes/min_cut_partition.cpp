@@ -295,6 +295,9 @@ void NetworkBuilder::ComputeNodeFacts() {
 
 void NetworkBuilder::AddNodeEdges(const Node& node) {
   const size_t i = node.index();
+  // Note [Opaque inputs] (fxremat/partition.h): the backward gets an opaque
+  // primal from the caller, so nothing needs to be cut to have it there.
+  if (node.isPlaceholder() && node.val().kind == ValueFacts::Kind::kOpaque) return;
   if (required_bw_[i]) {
     // See the reference's Note [tangents_closure vs required_bw_nodes].
     if (!c_.in_tangents_closure[i]) {

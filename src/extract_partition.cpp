@@ -155,8 +155,11 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
     env[n.index()] = copy;
     if (const OpInfo* info = n.opInfo()) g->ops().emplace(info->target, *info);
     // A constant goes with every graph that reads it (the reference copies get_attr nodes into both).
-    if (n.op() == OpKind::kGetAttr)
+    // So does a higher-order op's subgraph (Note [Higher-order ops]), shared.
+    if (n.op() == OpKind::kGetAttr) {
       if (auto it = joint.constants().find(n.target()); it != joint.constants().end()) g->constants().insert(*it);
+      if (auto it = joint.subgraphs().find(n.target()); it != joint.subgraphs().end()) g->subgraphs().insert(*it);
+    }
   }
   std::vector<Argument> values;
   for (Node* o : outputs) values.push_back(o ? Argument::NodeRef(env[o->index()]) : Argument::None());
@@ -168,7 +171,13 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
                                      const std::string& partitioner_name) {
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
   std::vector<Node*> saved_tensors, saved_syms;
+  // Note [Opaque inputs] (fxremat/partition.h): opaque primals go to the
+  // backward as inputs of their own, whatever the partitioner chose.
+  std::vector<Node*> opaque_inputs;
+  for (Node* p : c.primals)
+    if (p->val().kind == ValueFacts::Kind::kOpaque) opaque_inputs.push_back(p);
   for (Node* s : saved_values) {
+    if (s->val().kind == ValueFacts::Kind::kOpaque && s->isPlaceholder()) continue;
     if (!s->val().is_tensor() && !IsSymNode(*s))
       return Status::Internal(fmt::format("saved value '{}' is neither a tensor nor a symbolic scalar", s->name()));
     if (std::find(saved_tensors.begin(), saved_tensors.end(), s) != saved_tensors.end() ||
@@ -184,6 +193,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
     for (Node* s : saved_tensors) { inputs.push_back(s); roles.push_back(PlaceholderRole::kSaved); }
     for (Node* t : c.tangents) { inputs.push_back(t); roles.push_back(PlaceholderRole::kTangent); }
     for (Node* r : c.bwd_rng) { inputs.push_back(r); roles.push_back(PlaceholderRole::kBwdRng); }
+    for (Node* o : opaque_inputs) { inputs.push_back(o); roles.push_back(PlaceholderRole::kInput); }
   };
   std::vector<Node*> bw_inputs;
   std::vector<PlaceholderRole> bw_roles;
@@ -199,6 +209,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
   };
   saved_tensors.erase(std::remove_if(saved_tensors.begin(), saved_tensors.end(), unused), saved_tensors.end());
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(), unused), saved_syms.end());
+  opaque_inputs.erase(std::remove_if(opaque_inputs.begin(), opaque_inputs.end(), unused), opaque_inputs.end());
   // The order (and the symbol bindings) AOTAutograd's runtime expects.
   FXREMAT_RETURN_IF_ERROR(BindSavedSymbols(joint, c.tangents, saved_tensors, saved_syms).status());
   OrderNoVcCheckLast(saved_tensors);
@@ -274,6 +285,16 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
     e.backward_input_index = num_syms + num_tensors + static_cast<int64_t>(t);
     e.forward_output_index = t < joint.joint().tangent_outputs.size() ? joint.joint().tangent_outputs[t] : -1;
     sig.tangents.push_back(std::move(e));
+  }
+  for (size_t k = 0; k < opaque_inputs.size(); ++k) {
+    OpaqueInputEntry e;
+    e.name = opaque_inputs[k]->name();
+    e.forward_input_index = static_cast<int64_t>(
+        std::find(c.primals.begin(), c.primals.end(), opaque_inputs[k]) - c.primals.begin());
+    e.backward_input_index =
+        num_syms + num_tensors + static_cast<int64_t>(c.tangents.size() + c.bwd_rng.size() + k);
+    e.type = opaque_inputs[k]->val().expr;
+    sig.opaque_inputs.push_back(std::move(e));
   }
   Status check = CheckSignature(*result.forward, *result.backward, sig);
   if (!check.ok()) return Status::Internal("emitted graphs violate their signature: " + check.ToString());

@@ -32,6 +32,8 @@ std::optional<std::string> SymbolHintProblem(std::string_view symbol, int64_t hi
 // {"items": [...]}). A text annotation of 200 nested tuples was accepted and its
 // JSON form refused (found by tests/fuzz/fuzz_loader.cpp). FX graphs nest a few.
 inline constexpr int kMaxArgumentNesting = 128;
+// How deep subgraphs (of higher-order ops) may nest in one document.
+inline constexpr int kMaxSubgraphNesting = 16;
 inline constexpr int kMaxTupleNesting = 64;
 
 // The layouts and memory formats an argument may name: torch's, as str() prints

@@ -451,6 +451,14 @@ std::optional<std::string> ValueRangeProblem(int64_t low, int64_t high) {
   return std::nullopt;
 }
 
+bool IsHigherOrderTarget(std::string_view target) { return target.starts_with("higher_order."); }
+
+const Graph* Graph::subgraphOf(const Node& get_attr) const {
+  if (get_attr.op() != OpKind::kGetAttr) return nullptr;
+  auto it = subgraphs_.find(get_attr.target());
+  return it == subgraphs_.end() ? nullptr : it->second.get();
+}
+
 namespace {
 
 Status CheckFacts(const ValueFacts& v, const std::string& where) {
@@ -502,9 +510,11 @@ Status VerifyGraph(const Graph& graph) {
     if (!n.meta().partitioner_tag.empty() && !kTags.count(n.meta().partitioner_tag))
       return Status::BadInput(fmt::format("unknown partitioner tag '{}'", n.meta().partitioner_tag), where);
     if (n.op() == OpKind::kGetAttr) {
-      auto it = graph.constants().find(n.target());
-      if (it == graph.constants().end())
-        return Status::BadInput(fmt::format("get_attr of '{}', which \"constants\" does not hold", n.target()), where);
+      const bool is_constant = graph.constants().count(n.target()) > 0;
+      const bool is_subgraph = graph.subgraphs().count(n.target()) > 0;
+      if (!is_constant && !is_subgraph)
+        return Status::BadInput(
+            fmt::format("get_attr of '{}', which neither \"constants\" nor \"subgraphs\" holds", n.target()), where);
       if (!n.args().empty() || !n.kwargs().empty()) return Status::BadInput("a get_attr node takes no arguments", where);
     }
     if (n.isOutput() && (n.args().size() != 1 || n.args()[0].kind != Argument::Kind::kList))
@@ -512,6 +522,14 @@ Status VerifyGraph(const Graph& graph) {
   }
   for (const auto& [sym, hint] : graph.symbols())
     if (auto problem = SymbolHintProblem(sym, hint)) return Status::BadInput(*problem, "symbols");
+  for (const auto& [target, sub] : graph.subgraphs()) {
+    const std::string where = fmt::format("subgraph '{}'", target);
+    if (!sub) return Status::Internal("a null subgraph", where);
+    if (graph.constants().count(target)) return Status::BadInput("named both a constant and a subgraph", where);
+    if (sub->kind() != GraphKind::kPlain)
+      return Status::BadInput(fmt::format("a subgraph must be a plain graph, not {}", GraphKindName(sub->kind())), where);
+    if (Status s = VerifyGraph(*sub); !s.ok()) return s.WithContext(where);
+  }
   for (const auto& [target, c] : graph.constants())
     if (c.kind == Constant::Kind::kTensor) {
       ValueFacts v;
@@ -580,6 +598,7 @@ std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
   copy->symbols() = graph.symbols();
   copy->ops() = graph.ops();
   copy->constants() = graph.constants();  // the data is shared, never copied
+  copy->subgraphs() = graph.subgraphs();  // immutable: shared (Note [Higher-order ops])
   for (const auto& up : graph.nodes()) {
     const Node& n = *up;
     auto in_copy = [&copy](Node* original) { return copy->findNode(original->name()); };

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -382,11 +383,17 @@ template <typename V>
 class GraphReader {
  public:
   explicit GraphReader(std::string sidecar_dir) : sidecar_dir_(std::move(sidecar_dir)) {}
+  // A subgraph document nested in another at `prefix` ("/subgraphs/true_graph_0"):
+  // no "format" or "version" of its own, and every error path starts with `prefix`.
+  GraphReader(std::string sidecar_dir, std::string prefix, int nesting)
+      : sidecar_dir_(std::move(sidecar_dir)), prefix_(std::move(prefix)), nesting_(nesting) {}
   Expected<std::unique_ptr<Graph>> Read(const V& doc);
 
  private:
-  Status Fail(const std::string& path, const std::string& message) { return Status::BadInput(message, path); }
-  Status Fail(const JsonPath& path, const std::string& message) { return Status::BadInput(message, path.str()); }
+  Status Fail(const std::string& path, const std::string& message) { return Status::BadInput(message, prefix_ + path); }
+  Status Fail(const JsonPath& path, const std::string& message) {
+    return Status::BadInput(message, prefix_ + path.str());
+  }
   // An integer that fits int64 (a JSON integer above INT64_MAX is refused, not
   // wrapped to a negative number).
   Expected<int64_t> ReadInt64(const V& j, const JsonPath& path, const char* what) {
@@ -399,6 +406,7 @@ class GraphReader {
   static bool IsString(const std::optional<V>& j) { return j && j->kind() == JKind::kString; }
   static bool IsNullOrAbsent(const std::optional<V>& j) { return !j || j->kind() == JKind::kNull; }
   Status ReadHeader(const V& doc);
+  Status ReadGraphFacts(const V& doc);
   Status ReadOps(const V& ops);
   Status CheckReferences(const std::vector<V>& nodes);
   Status ReadNode(const V& j, size_t index);
@@ -408,11 +416,14 @@ class GraphReader {
   Status ReadDims(const V& list, const JsonPath& path, std::vector<Dim>& out);
   Status ReadMeta(const V& j, const JsonPath& path, Node* node);
   Status ReadConstants(const V& constants);
+  Status ReadSubgraphs(const V& subgraphs);
   Status InferRolesAndTangents();
   Expected<const SafetensorsEntry*> SidecarEntry(const std::string& file, const std::string& key,
                                                  const JsonPath& path);
 
   std::string sidecar_dir_;  // where sidecar files are; empty: none may be referenced
+  std::string prefix_;       // the JSON path of a nested subgraph document; empty at the top
+  int nesting_ = 0;          // how deep this document is nested in subgraphs
   std::map<std::string, std::map<std::string, SafetensorsEntry>> sidecars_;
   std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
   bool has_tangent_outputs_ = false;
@@ -427,6 +438,7 @@ class GraphReader {
 template <typename V>
 Status GraphReader<V>::ReadHeader(const V& doc) {
   if (doc.kind() != JKind::kObject) return Fail("/", fmt::format("expected a JSON object, got {}", doc.type_name()));
+  if (nesting_ > 0) return ReadGraphFacts(doc);  // a subgraph: the enclosing document has the format and version
   auto format = doc.find("format");
   if (!IsString(format) || format->str() != "fxremat.graph")
     return Fail("/format", "not an fxremat graph (expected \"format\": \"fxremat.graph\")");
@@ -440,6 +452,11 @@ Status GraphReader<V>::ReadHeader(const V& doc) {
     return Fail("/version", fmt::format("unsupported format version {}.{}: this reader supports major "
                                         "version {} (files {}.x)",
                                         major, minor, kFormatMajorVersion, kFormatMajorVersion));
+  return ReadGraphFacts(doc);
+}
+
+template <typename V>
+Status GraphReader<V>::ReadGraphFacts(const V& doc) {
   if (auto name = doc.find("name")) {
     if (name->kind() != JKind::kString) return Fail("/name", "expected a string");
     graph_->setName(std::string(name->str()));
@@ -752,6 +769,14 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
     }));
   } else if (kind == "none") {
     v.kind = ValueFacts::Kind::kNone;
+  } else if (kind == "opaque") {
+    v.kind = ValueFacts::Kind::kOpaque;
+    auto type = f.find("type");
+    if (!IsString(type) || type->str().empty()) return Fail(JsonPath(path, "type"), "an opaque value names its type");
+    for (char c : type->str())  // as the text form requires: Opaque(NAME)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'))
+        return Fail(JsonPath(path, "type"), fmt::format("'{}' is not a dotted identifier", type->str()));
+    v.expr = std::string(type->str());
   } else if (kind == "const") {
     v.kind = ValueFacts::Kind::kConst;
     auto value = f.find("value");
@@ -826,6 +851,10 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
         return Argument::OfDType(*d);
       }
       if (key == "device") return Argument::Device(std::string(text));
+      if (key == "op") {
+        if (text.empty()) return Fail(path, "an empty operator name");
+        return Argument::Op(std::string(text));
+      }
       if (key == "layout") {
         if (!IsLayoutName(text)) return Fail(path, fmt::format("unknown layout '{}'", text));
         return Argument::Layout(std::string(text));
@@ -1120,6 +1149,7 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   FXREMAT_RETURN_IF_ERROR(ReadHeader(doc));
   if (auto ops = doc.find("ops")) FXREMAT_RETURN_IF_ERROR(ReadOps(*ops));
   if (auto constants = doc.find("constants")) FXREMAT_RETURN_IF_ERROR(ReadConstants(*constants));
+  if (auto subgraphs = doc.find("subgraphs")) FXREMAT_RETURN_IF_ERROR(ReadSubgraphs(*subgraphs));
   auto nodes_field = doc.find("nodes");
   if (!nodes_field || nodes_field->kind() != JKind::kArray) return Fail("/nodes", "missing the node list");
   std::vector<V> nodes;
@@ -1147,8 +1177,27 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   if (graph_->outputNode() == nullptr)
     return Fail("/nodes", "the graph has no output node");
   FXREMAT_RETURN_IF_ERROR(InferRolesAndTangents());
-  FXREMAT_RETURN_IF_ERROR(VerifyGraph(*graph_));
+  if (Status s = VerifyGraph(*graph_); !s.ok()) return prefix_.empty() ? s : s.WithContext(prefix_);
   return std::move(graph_);
+}
+
+template <typename V>
+Status GraphReader<V>::ReadSubgraphs(const V& subgraphs) {
+  const JsonPath subgraphs_path(root_, "subgraphs");
+  if (subgraphs.kind() != JKind::kObject) return Fail(subgraphs_path, "expected an object");
+  for (const auto& [target_view, j] : subgraphs.items()) {
+    const JsonPath path(subgraphs_path, target_view);
+    if (target_view.empty()) return Fail(path, "empty subgraph name");
+    if (graph_->constants().count(std::string(target_view)))
+      return Fail(path, fmt::format("'{}' names both a constant and a subgraph", target_view));
+    if (j.kind() != JKind::kObject) return Fail(path, "expected a graph document (an object)");
+    if (nesting_ + 1 > kMaxSubgraphNesting)
+      return Fail(path, fmt::format("subgraphs nest deeper than {} levels", kMaxSubgraphNesting));
+    GraphReader<V> nested(sidecar_dir_, prefix_ + path.str(), nesting_ + 1);
+    FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> sub, nested.Read(j));
+    graph_->subgraphs().emplace(std::string(target_view), std::shared_ptr<const Graph>(std::move(sub)));
+  }
+  return Status::Ok();
 }
 // ---------------------------------------------------------------------------
 // Writing
@@ -1201,6 +1250,10 @@ ojson ValueFactsToJson(const ValueFacts& v) {
       j["kind"] = "const";
       j["value"] = ConstValueJson(v.expr);
       break;
+    case ValueFacts::Kind::kOpaque:
+      j["kind"] = "opaque";
+      j["type"] = v.expr;
+      break;
     case ValueFacts::Kind::kUnknown: break;
   }
   return j;
@@ -1226,6 +1279,7 @@ ojson ArgumentToJson(const Argument& a) {
     case Argument::Kind::kDevice: return ojson{{"device", a.text}};
     case Argument::Kind::kLayout: return ojson{{"layout", a.text}};
     case Argument::Kind::kMemoryFormat: return ojson{{"memory_format", a.text}};
+    case Argument::Kind::kOp: return ojson{{"op", a.text}};
     case Argument::Kind::kComplex:
       return ojson{{"complex", ojson::array({ArgumentToJson(Argument::Double(a.double_value)),
                                             ArgumentToJson(Argument::Double(a.imag_value))})}};
@@ -1404,6 +1458,10 @@ void WriteValueFacts(JsonStreamWriter& w, const ValueFacts& v) {
       w.Key("kind"); w.String("const");
       w.Key("value"); w.Raw(ConstValueJson(v.expr));
       break;
+    case ValueFacts::Kind::kOpaque:
+      w.Key("kind"); w.String("opaque");
+      w.Key("type"); w.String(v.expr);
+      break;
     case ValueFacts::Kind::kUnknown: break;
   }
   w.EndObject();
@@ -1434,6 +1492,7 @@ void WriteArgument(JsonStreamWriter& w, const Argument& a) {
     case Argument::Kind::kDevice: return tagged("device", a.text);
     case Argument::Kind::kLayout: return tagged("layout", a.text);
     case Argument::Kind::kMemoryFormat: return tagged("memory_format", a.text);
+    case Argument::Kind::kOp: return tagged("op", a.text);
     case Argument::Kind::kComplex:
       w.BeginObject();
       w.Key("complex");
@@ -1446,17 +1505,20 @@ void WriteArgument(JsonStreamWriter& w, const Argument& a) {
   w.Null();
 }
 
-// The document of GraphToJsonDocument, streamed (Note [Streaming writer]).
+// The graph object of GraphToJsonDocument, streamed (Note [Streaming writer]);
+// a nested subgraph document (`nested`) has no format and version of its own.
 // Returns false when the sink failed.
-bool WriteGraphJson(JsonStreamWriter& w, const Graph& graph, const std::string& sidecar_name,
-                    std::map<std::string, SafetensorsEntry>* sidecar) {
+bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, const std::string& sidecar_name,
+                      std::map<std::string, SafetensorsEntry>* sidecar) {
   w.BeginObject();
-  w.Key("format"); w.String("fxremat.graph");
-  w.Key("version");
-  w.BeginArray();
-  w.Int(kFormatMajorVersion);
-  w.Int(kFormatMinorVersion);
-  w.EndArray();
+  if (!nested) {
+    w.Key("format"); w.String("fxremat.graph");
+    w.Key("version");
+    w.BeginArray();
+    w.Int(kFormatMajorVersion);
+    w.Int(kFormatMinorVersion);
+    w.EndArray();
+  }
   if (!graph.name().empty()) { w.Key("name"); w.String(graph.name()); }
   w.Key("kind"); w.String(GraphKindName(graph.kind()));
   if (graph.kind() == GraphKind::kJoint) {
@@ -1518,6 +1580,17 @@ bool WriteGraphJson(JsonStreamWriter& w, const Graph& graph, const std::string& 
         }
       }
       w.EndObject();
+    }
+    w.EndObject();
+  }
+  if (!graph.subgraphs().empty()) {
+    w.Key("subgraphs");
+    w.BeginObject();
+    // A subgraph's constants stay inline: its names are its own and could
+    // collide with the enclosing graph's in one sidecar file.
+    for (const auto& [target, sub] : graph.subgraphs()) {
+      w.Key(target);
+      if (!WriteGraphObject(w, *sub, /*nested=*/true, "", nullptr)) return false;
     }
     w.EndObject();
   }
@@ -1588,6 +1661,13 @@ bool WriteGraphJson(JsonStreamWriter& w, const Graph& graph, const std::string& 
   }
   w.EndArray();
   w.EndObject();
+  return true;
+}
+
+// The document of GraphToJsonDocument, streamed. Returns false when the sink failed.
+bool WriteGraphJson(JsonStreamWriter& w, const Graph& graph, const std::string& sidecar_name,
+                    std::map<std::string, SafetensorsEntry>* sidecar) {
+  if (!WriteGraphObject(w, graph, /*nested=*/false, sidecar_name, sidecar)) return false;
   w.text() += '\n';
   return w.Flush(/*all=*/true);
 }
@@ -1818,11 +1898,15 @@ Status WriteGraphFile(const std::string& path, const Graph& graph) {
 
 nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) { return GraphToJsonDocument(graph, "", nullptr); }
 
-nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string& sidecar_name,
-                                           std::map<std::string, SafetensorsEntry>* sidecar) {
+namespace {
+
+ojson GraphObjectToJson(const Graph& graph, bool nested, const std::string& sidecar_name,
+                        std::map<std::string, SafetensorsEntry>* sidecar) {
   ojson doc;
-  doc["format"] = "fxremat.graph";
-  doc["version"] = {kFormatMajorVersion, kFormatMinorVersion};
+  if (!nested) {
+    doc["format"] = "fxremat.graph";
+    doc["version"] = {kFormatMajorVersion, kFormatMinorVersion};
+  }
   if (!graph.name().empty()) doc["name"] = graph.name();
   doc["kind"] = std::string(GraphKindName(graph.kind()));
   if (graph.kind() == GraphKind::kJoint) {
@@ -1877,6 +1961,12 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string
     }
     doc["constants"] = std::move(constants);
   }
+  if (!graph.subgraphs().empty()) {
+    ojson subgraphs = ojson::object();
+    for (const auto& [target, sub] : graph.subgraphs())
+      subgraphs[target] = GraphObjectToJson(*sub, /*nested=*/true, "", nullptr);
+    doc["subgraphs"] = std::move(subgraphs);
+  }
   ojson nodes = ojson::array();
   for (const auto& up : graph.nodes()) {
     const Node& n = *up;
@@ -1919,6 +2009,13 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string
   }
   doc["nodes"] = std::move(nodes);
   return doc;
+}
+
+}  // namespace
+
+nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string& sidecar_name,
+                                           std::map<std::string, SafetensorsEntry>* sidecar) {
+  return GraphObjectToJson(graph, /*nested=*/false, sidecar_name, sidecar);
 }
 
 // ---------------------------------------------------------------------------

@@ -107,6 +107,10 @@ bool IsFxImpure(const Node& n, bool impure_random) {
   if (!n.isCallFunction()) return n.isPlaceholder() || n.isOutput();
   const std::string& t = n.target();
   if (InSideEffectfulFunctions(t) || InEffectfulOps(t)) return true;
+  // Note [Higher-order ops]: with_effects runs an effectful op in its token
+  // chain; it is never dropped (torch.fx's is_impure finds the wrapped op's
+  // effect; its token output keeps it alive in AOTAutograd's graphs anyway).
+  if (t == "higher_order.with_effects") return true;
   const OpInfo* info = n.opInfo();
   if (info && info->hasSchema() && info->schema.isMutable()) return true;
   return impure_random && info && info->hasTag("nondeterministic_seeded");

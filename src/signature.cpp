@@ -131,6 +131,19 @@ Status CheckSignature(const Graph& forward, const Graph& backward, const Signatu
       return Violation(where, fmt::format("belongs to forward output {}, which is not a user output",
                                           t.forward_output_index));
   }
+  for (size_t i = 0; i < sig.opaque_inputs.size(); ++i) {
+    const OpaqueInputEntry& o = sig.opaque_inputs[i];
+    const std::string where = fmt::format("opaque_inputs[{}] ({})", i, o.name);
+    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, o.backward_input_index, sig.backward_num_inputs, where + ".backward_input_index"));
+    const Node* node = bw_in[static_cast<size_t>(o.backward_input_index)];
+    if (node->name() != o.name || node->val().kind != ValueFacts::Kind::kOpaque)
+      return Violation(where, fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
+                                          o.backward_input_index, o.backward_input_index, node->name(),
+                                          FormatValueFacts(node->val())));
+    if (o.forward_input_index < 0 || o.forward_input_index >= sig.forward_num_inputs ||
+        fw_in[static_cast<size_t>(o.forward_input_index)]->name() != o.name)
+      return Violation(where, fmt::format("forward input {} is not '{}'", o.forward_input_index, o.name));
+  }
   // Every placeholder and output position is accounted for, except RNG inputs.
   for (size_t i = 0; i < fw_in.size(); ++i)
     if (!fw_in_used.count(static_cast<int64_t>(i)) && fw_in[i]->role() != PlaceholderRole::kFwdRng)
@@ -218,6 +231,13 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
     tangents.push_back({{"name", t.name}, {"backward_input_index", t.backward_input_index},
                         {"forward_output_index", t.forward_output_index}});
   j["tangents"] = tangents;
+  if (!sig.opaque_inputs.empty()) {  // Note [Opaque inputs]
+    ojson opaque = ojson::array();
+    for (const OpaqueInputEntry& o : sig.opaque_inputs)
+      opaque.push_back({{"name", o.name}, {"forward_input_index", o.forward_input_index},
+                        {"backward_input_index", o.backward_input_index}, {"type", o.type}});
+    j["opaque_inputs"] = opaque;
+  }
   // Note [Names in the signature]: each name of a saved value -> where it is;
   // a name on several saved values maps to the first (forward-output order).
   ojson out_indices = ojson::object(), in_names = ojson::object(), in_indices = ojson::object();
@@ -327,6 +347,15 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
       e.forward_output_index = t.at("forward_output_index").get<int64_t>();
       sig.tangents.push_back(std::move(e));
     }
+    if (j.contains("opaque_inputs") && j["opaque_inputs"].is_array())
+      for (const json& o : j["opaque_inputs"]) {
+        OpaqueInputEntry e;
+        e.name = o.at("name").get<std::string>();
+        e.forward_input_index = o.at("forward_input_index").get<int64_t>();
+        e.backward_input_index = o.at("backward_input_index").get<int64_t>();
+        e.type = o.value("type", "");
+        sig.opaque_inputs.push_back(std::move(e));
+      }
     if (j.contains("notes") && j["notes"].is_array())
       for (const auto& note : j["notes"])
         if (note.is_string()) sig.notes.push_back(note.get<std::string>());

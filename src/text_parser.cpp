@@ -284,6 +284,16 @@ class FactsParser {
       v.expr = std::string(inner);
       return v;
     }
+    if (Consume("Opaque(")) {  // Note [Opaque inputs]: the type's name
+      v.kind = ValueFacts::Kind::kOpaque;
+      FXREMAT_ASSIGN_OR_RETURN(std::string_view inner, Balanced('(', ')'));
+      if (inner.empty()) return Err("Opaque() names no type");
+      for (char c : inner)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'))
+          return Err(fmt::format("Opaque({}): a type name is a dotted identifier", inner));
+      v.expr = std::string(inner);
+      return v;
+    }
     if (Consume("Const(")) {
       v.kind = ValueFacts::Kind::kConst;
       FXREMAT_ASSIGN_OR_RETURN(std::string_view inner, Balanced('(', ')'));
@@ -350,6 +360,10 @@ class FactsParser {
 
 class Parser {
  public:
+  // `first_line`: the line number of the text's first line (a subgraph block's
+  // text is parsed on its own, with the enclosing text's line numbers);
+  // `nesting`: how many subgraph blocks enclose it.
+  explicit Parser(int first_line = 1, int nesting = 0) : first_line_(first_line), nesting_(nesting) {}
   Expected<std::unique_ptr<Graph>> Parse(std::string_view text);
 
  private:
@@ -369,7 +383,27 @@ class Parser {
   int argument_depth_ = 0;
   std::vector<std::pair<std::string, PendingInput>> inputs_;
   bool seen_header_ = false, seen_def_ = false, seen_return_ = false;
+  int first_line_ = 1;
+  int nesting_ = 0;
 };
+
+// `# subgraph NAME {`: the name, when `line` (after its '#') opens a subgraph block.
+std::optional<std::string_view> SubgraphBlockName(std::string_view after_hash) {
+  size_t i = after_hash.find_first_not_of(' ');
+  if (i == std::string_view::npos || after_hash.substr(i, 9) != "subgraph ") return std::nullopt;
+  std::string_view rest = after_hash.substr(i + 9);
+  while (!rest.empty() && rest.back() == ' ') rest.remove_suffix(1);
+  if (rest.size() < 2 || rest.back() != '{') return std::nullopt;
+  rest.remove_suffix(1);
+  while (!rest.empty() && rest.back() == ' ') rest.remove_suffix(1);
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  return rest;
+}
+
+bool IsSubgraphBlockEnd(std::string_view after_hash) {
+  size_t i = after_hash.find_first_not_of(' ');
+  return i != std::string_view::npos && after_hash.substr(i) == "}";
+}
 
 Expected<ValueFacts> Parser::ParseFacts(Lexer& lex, const std::string& annotation, size_t col) {
   auto facts = FactsParser(annotation, *graph_).Parse();
@@ -657,6 +691,8 @@ Expected<Argument> Parser::ParseArgument(Lexer& lex) {
         FXREMAT_RETURN_IF_ERROR(lex.Expect(")"));
         return Argument::Device(type);
       }
+      if (tok.text.rfind("torch.ops.", 0) == 0 && tok.text.size() > 10)  // an operator as a value
+        return Argument::Op(tok.text.substr(10));
       if (tok.text.rfind("torch.", 0) == 0) {
         std::string rest = tok.text.substr(6);
         if (auto d = DTypeFromName(rest)) return Argument::OfDType(*d);
@@ -804,7 +840,7 @@ Status Parser::ParseBodyLine(Lexer& lex) {
 }
 
 Expected<std::unique_ptr<Graph>> Parser::Parse(std::string_view text) {
-  int line_no = 0;
+  int line_no = first_line_ - 1;
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find('\n', start);
@@ -823,6 +859,42 @@ Expected<std::unique_ptr<Graph>> Parser::Parse(std::string_view text) {
     Lexer lex(line, line_no);
     if (line[first] == '#') {
       if (seen_def_) continue;  // comments inside the body are ignored
+      if (auto name = SubgraphBlockName(line.substr(first + 1))) {
+        // Note [Higher-order ops]: the block's lines up to its matching `# }`
+        // are a graph of their own.
+        const int open_line = line_no;
+        const size_t body_start = start;
+        int depth = 1;
+        size_t body_end = start;
+        while (depth > 0) {
+          if (start > text.size())
+            return Status::BadInput(fmt::format("subgraph '{}' has no closing '# }}'", *name),
+                                    fmt::format("line {}, col {}", open_line, first + 1));
+          size_t e = text.find('\n', start);
+          if (e == std::string_view::npos) e = text.size();
+          std::string_view l = text.substr(start, e - start);
+          if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+          body_end = start;
+          start = e + 1;
+          ++line_no;
+          const size_t f = l.find_first_not_of(' ');
+          if (f == std::string_view::npos || l[f] != '#') continue;
+          if (SubgraphBlockName(l.substr(f + 1))) ++depth;
+          else if (IsSubgraphBlockEnd(l.substr(f + 1))) --depth;
+        }
+        Lexer block(line, open_line);
+        if (name->empty()) return block.Error(first, "a subgraph block needs a name: '# subgraph NAME {'");
+        if (nesting_ + 1 > kMaxSubgraphNesting)
+          return block.Error(first, fmt::format("subgraphs nest deeper than {} levels", kMaxSubgraphNesting));
+        const std::string key(*name);
+        if (graph_->subgraphs().count(key)) return block.Error(first, fmt::format("subgraph '{}' given twice", key));
+        Parser nested(open_line + 1, nesting_ + 1);
+        auto sub = nested.Parse(text.substr(body_start, body_end - body_start));
+        if (!sub.ok()) return sub.status().WithContext(fmt::format("subgraph '{}'", key));
+        graph_->subgraphs().emplace(key, std::shared_ptr<const Graph>(std::move(sub).value()));
+        if (start > text.size()) break;
+        continue;
+      }
       Lexer header(line.substr(first + 1), line_no);
       FXREMAT_RETURN_IF_ERROR(header.Advance());
       Status st = ParseHeaderLine(header);

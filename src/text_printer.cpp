@@ -55,6 +55,7 @@ std::string FormatFacts(const ValueFacts& v, const Graph* graph) {
     }
     case ValueFacts::Kind::kNone: return "None";
     case ValueFacts::Kind::kConst: return fmt::format("Const({})", v.expr);
+    case ValueFacts::Kind::kOpaque: return fmt::format("Opaque({})", v.expr);
     case ValueFacts::Kind::kUnknown: return "";
   }
   return "";
@@ -91,6 +92,7 @@ std::string FormatArgument(const Argument& a) {
     case Argument::Kind::kMemoryFormat: return fmt::format("torch.{}", a.text);
     case Argument::Kind::kComplex:
       return fmt::format("complex({}, {})", FormatDouble(a.double_value), FormatDouble(a.imag_value));
+    case Argument::Kind::kOp: return "torch.ops." + a.text;
   }
   return "?";
 }
@@ -172,6 +174,10 @@ std::string PrintGraph(const Graph& graph) {
     out += fmt::format("# constant {} \"{}\" {}\n", target, FormatFacts(v, &graph),
                        c.hasData() ? "data=" + text_form::QuotePython(Base64Encode(*c.data)) : "by_reference");
   }
+  // Note [Higher-order ops]: each subgraph is a graph of its own text between
+  // `# subgraph NAME {` and `# }`.
+  for (const auto& [target, sub] : graph.subgraphs())
+    out += fmt::format("# subgraph {} {{\n{}# }}\n", target, PrintGraph(*sub));
   std::vector<std::string> params;
   for (Node* p : graph.placeholders()) {
     std::string line = fmt::format("# input {} role={}", p->name(), PlaceholderRoleName(p->role()));

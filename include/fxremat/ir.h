@@ -75,10 +75,11 @@ struct ValueFacts {
   enum class Kind : uint8_t {
     kUnknown,  // no meta["val"]
     kNone, kTensor, kSymInt, kSymFloat, kSymBool, kTuple, kConst,
+    kOpaque,  // an object the graph passes along but never looks into (Note [Opaque inputs])
   };
   Kind kind = Kind::kUnknown;
   TensorFacts tensor;              // kTensor
-  std::string expr;                // kSym*: SymPy expression; kConst: printed value
+  std::string expr;                // kSym*: SymPy expression; kConst: printed value; kOpaque: type name
   int64_t hint = 0;                // kSymInt: the example value
   std::vector<ValueFacts> items;   // kTuple
 
@@ -121,12 +122,13 @@ struct Argument {
   enum class Kind : uint8_t {
     kNone, kBool, kInt, kDouble, kString, kNode, kList,
     kDType, kDevice, kLayout, kMemoryFormat, kComplex,
+    kOp,  // an operator passed as a value (auto_functionalized's mutable op): text = its target
   };
   Kind kind = Kind::kNone;
   int64_t int_value = 0;     // kBool (0/1), kInt, kDType (the enum value)
   double double_value = 0;   // kDouble (may be inf/nan); kComplex: the real part
   double imag_value = 0;     // kComplex: the imaginary part (a Python complex scalar, e.g. 1j)
-  std::string text;          // kString, kDevice ("cpu"), kLayout ("strided"), kMemoryFormat
+  std::string text;          // kString, kDevice ("cpu"), kLayout ("strided"), kMemoryFormat, kOp
   Node* node = nullptr;      // kNode
   std::vector<Argument> list;  // kList
 
@@ -144,6 +146,7 @@ struct Argument {
   static Argument Device(std::string d) { Argument a; a.kind = Kind::kDevice; a.text = std::move(d); return a; }
   static Argument Layout(std::string l) { Argument a; a.kind = Kind::kLayout; a.text = std::move(l); return a; }
   static Argument MemoryFormat(std::string m) { Argument a; a.kind = Kind::kMemoryFormat; a.text = std::move(m); return a; }
+  static Argument Op(std::string target) { Argument a; a.kind = Kind::kOp; a.text = std::move(target); return a; }
 
   bool is_node() const { return kind == Kind::kNode; }
   DType dtype() const { return static_cast<DType>(int_value); }
@@ -318,6 +321,13 @@ class Graph {
   // The values get_attr nodes read, by attribute path (their target).
   std::map<std::string, Constant>& constants() { return constants_; }
   const std::map<std::string, Constant>& constants() const { return constants_; }
+  // The graphs get_attr nodes hand to higher-order ops (cond's branches, map's
+  // and invoke_subgraph's bodies), by attribute path. A subgraph is immutable
+  // once read: the graphs a partition emits share it (Note [Higher-order ops]).
+  std::map<std::string, std::shared_ptr<const Graph>>& subgraphs() { return subgraphs_; }
+  const std::map<std::string, std::shared_ptr<const Graph>>& subgraphs() const { return subgraphs_; }
+  // The subgraph a get_attr node reads, or nullptr (a constant, or not a get_attr).
+  const Graph* subgraphOf(const Node& get_attr) const;
 
   // Nodes in graph order.
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
@@ -386,9 +396,35 @@ class Graph {
   std::map<std::string, int64_t> symbols_;
   OpTable ops_;
   std::map<std::string, Constant> constants_;
+  std::map<std::string, std::shared_ptr<const Graph>> subgraphs_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unordered_map<std::string, Node*> by_name_;
 };
+
+// Note [Higher-order ops]
+// A higher-order op (torch.ops.higher_order.cond, map_impl, invoke_subgraph,
+// auto_functionalized_v2, with_effects, ...) is a call_function node whose
+// target is "higher_order.NAME". The graphs it runs are get_attr nodes among its
+// arguments, as in FX (`cond(pred, true_graph_0, false_graph_0, [x])`), naming
+// entries of the owning graph's subgraphs(); an operator it takes as a value
+// (auto_functionalized's mutable op, with_effects' effectful op) is an
+// Argument of kind kOp. Its value is the tuple of its results, read through
+// getitems; every result is a fresh storage (auto_functionalized returns copies
+// of the bases it wrote; the op it wraps is never run in place).
+// The partition rules, each where it is applied:
+//  - never recomputed: the reference's recompute allowlist names no HOP
+//    (min_cut_partition.cpp, Categorize), so a forward HOP's results that the
+//    backward reads are saved, and a backward HOP runs in the backward;
+//  - with_effects: its results are MUST_SAVE (the reference's
+//    force_save_effectful_ops; passes/force_saves.cpp), it is never dropped as
+//    dead code nor merged by CSE, so its token chain keeps the effects' order;
+//  - a subgraph get_attr travels like a constant: every emitted graph that
+//    calls the op reads the attribute again and carries the subgraph (shared);
+//  - recompute cost: the sum of its bodies' costs; peak: the bytes of its
+//    results (its bodies' transient buffers are not modelled).
+// Formats: a "subgraphs" object of nested graph documents (format 1.4) and, in
+// the text form, `# subgraph NAME {` ... `# }` blocks (docs/format.md).
+bool IsHigherOrderTarget(std::string_view target);
 
 // Checks the invariants every pass may assume: names unique, arguments defined
 // before use, exactly one output node and it is last, placeholders first,

@@ -85,6 +85,20 @@ struct ForwardOutputEntry {
   std::optional<std::string> path;  // pytree path, if known
 };
 
+// Note [Opaque inputs]: a primal whose value is an object the graphs pass along
+// without looking into it (AOTAutograd's BackwardState, which compiled autograd
+// fills with the hooks the backward runs). It is a forward input like any primal,
+// has no gradient, and the backward that reads it takes it as an input of its
+// own, after the tangents (and RNG inputs), from the caller: it is never a
+// forward output, never saved, never counted in bytes. The reference does the
+// same (backward_state_inputs in _extract_fwd_bwd_modules).
+struct OpaqueInputEntry {
+  std::string name;
+  int64_t forward_input_index = -1;   // the primal's position among the forward inputs
+  int64_t backward_input_index = -1;
+  std::string type;                   // e.g. "BackwardState"
+};
+
 struct TangentEntry {
   std::string name;
   int64_t backward_input_index = -1;
@@ -112,6 +126,7 @@ struct Signature {
   std::vector<ForwardOutputEntry> forward_outputs;
   std::vector<SavedValue> saved;  // in forward-output order: tensors, then symints
   std::vector<TangentEntry> tangents;
+  std::vector<OpaqueInputEntry> opaque_inputs;  // the backward's last inputs
   // What the partitioner wants the user to know (a fallback it took, a demand
   // it could not honour as asked); front ends show them as warnings.
   std::vector<std::string> notes;

@@ -12,7 +12,7 @@
 namespace fxremat {
 
 inline constexpr int kFormatMajorVersion = 1;
-inline constexpr int kFormatMinorVersion = 3;  // 1.3: complex constants
+inline constexpr int kFormatMinorVersion = 4;  // 1.4: subgraphs and operator arguments (higher-order ops)
 
 // Parses a graph document. Every error names its JSON path ("/nodes/3/args/0")
 // or node. The result passes VerifyGraph.

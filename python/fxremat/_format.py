@@ -16,6 +16,7 @@ import json
 import keyword
 import math
 import os
+import re
 from typing import Any, Callable, Sequence
 
 import torch
@@ -24,7 +25,7 @@ import torch.fx as fx
 from ._errors import FormatError, UnsupportedGraphError
 
 FORMAT_NAME = "fxremat.graph"
-VERSION = (1, 3)  # written; a reader accepts any 1.x (1.3: complex constants)
+VERSION = (1, 4)  # written; a reader accepts any 1.x (1.3: complex constants; 1.4: subgraphs, operator arguments)
 # Tensor constants up to this many bytes are written inline; larger ones go to the
 # safetensors sidecar when the writer has a file (docs/format.md, "constants").
 INLINE_CONSTANT_BYTES = 64 * 1024
@@ -95,10 +96,13 @@ def target_to_str(target: Any, node_name: str = "?") -> str:
             "AOTAutograd graphs name overloads (e.g. aten.mm.default)"
         )
     if isinstance(target, torch._ops.HigherOrderOperator):
-        raise UnsupportedGraphError(
-            f"node {node_name!r}: higher-order operator {target.name()!r} is not supported "
-            "by the fxremat format (its subgraphs cannot be encoded)"
-        )
+        # Note [Higher-order ops] (include/fxremat/ir.h): "higher_order.NAME"
+        name = target.name()
+        if getattr(torch.ops.higher_order, name, None) is not target:
+            raise UnsupportedGraphError(
+                f"node {node_name!r}: higher-order operator {name!r} is not registered as "
+                f"torch.ops.higher_order.{name}")
+        return f"higher_order.{name}"
     mod = getattr(target, "__module__", None)
     qual = getattr(target, "__qualname__", None)
     if callable(target) and mod and qual:
@@ -131,6 +135,11 @@ def resolve_target(s: str) -> Any:
         return fn
     if head == "torch" and rest in _PY_TORCH_TARGETS:
         return getattr(torch, rest)
+    if head == "higher_order":
+        hop = getattr(torch.ops.higher_order, rest, None) if rest.isidentifier() else None
+        if not isinstance(hop, torch._ops.HigherOrderOperator):
+            raise FormatError(f"unknown higher-order operator {s!r}")
+        return hop
     parts = s.split(".")
     if len(parts) != 3 or not all(p.isidentifier() for p in parts):
         raise FormatError(
@@ -251,6 +260,9 @@ class _Encoder:
             return {"layout": str(a).removeprefix("torch.")}
         if isinstance(a, torch.memory_format):
             return {"memory_format": str(a).removeprefix("torch.")}
+        if isinstance(a, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+            # an operator as a value: auto_functionalized's mutable op, with_effects' op
+            return {"op": target_to_str(a, where)}
         raise UnsupportedGraphError(
             f"{where}: argument of type {type(a).__module__}.{type(a).__qualname__} "
             f"({a!r}) cannot be encoded in the fxremat format"
@@ -343,10 +355,37 @@ class _Encoder:
             return {"kind": "const", "value": _enc_float(v)}
         if isinstance(v, (list, tuple)):
             return {"kind": "tuple", "items": [self.val(x, f"{where}[{i}]") for i, x in enumerate(v)]}
+        if _is_opaque_input(v):  # Note [Opaque inputs] (include/fxremat/partition.h)
+            return {"kind": "opaque", "type": type(v).__name__}
         raise UnsupportedGraphError(
             f"{where}: meta['val'] of type {type(v).__module__}.{type(v).__qualname__} "
             "cannot be encoded"
         )
+
+
+def _is_opaque_input(v: Any) -> bool:
+    """An object a joint graph passes along without looking into it: AOTAutograd's
+    BackwardState (the hooks compiled autograd runs in the backward)."""
+    from torch.fx.experimental._backward_state import BackwardState
+
+    return isinstance(v, BackwardState)
+
+
+def in_process_target(target: Any, node_name: str = "?") -> str:
+    """The format's name of a call target, or, for a Python callable it cannot name
+    (a closure Dynamo made, such as the hook trampoline compiled autograd traces), a
+    dotted name only a document that never leaves the process carries
+    (``in_process.<module>.<qualname>``): the graphs built from the document take the
+    joint node's own target."""
+    try:
+        return target_to_str(target, node_name)
+    except UnsupportedGraphError:
+        if isinstance(target, (torch._ops.OpOverloadPacket,)) or not callable(target):
+            raise
+        mod = getattr(target, "__module__", None) or "unknown"
+        qual = getattr(target, "__qualname__", None) or type(target).__name__
+        parts = [p if p.isidentifier() else "_" for p in re.split(r"[.<>]+", f"{mod}.{qual}") if p]
+        return "in_process." + ".".join(parts)
 
 
 def _unbacked_hint(sym: Any, shape_env: Any) -> int:
@@ -433,6 +472,42 @@ def _infer_tangent_outputs(graph: fx.Graph, num_fwd_outputs: int) -> list[int] |
             return None
         result.append(matches[0])
     return result
+
+
+def effect_tokens(graph: fx.Graph) -> list[fx.Node]:
+    """The effect-token inputs of a joint graph (AOTAutograd's ForwardTokenAOTInput;
+    without descriptors, a primal whose only readers are with_effects calls taking it
+    as their token). Note [Effect tokens]: a token is a forward input with no gradient;
+    AOTAutograd's joint graph returns no gradient slot for it, the format returns None
+    there, and the built backward drops that slot again."""
+    tokens = []
+    for n in _placeholders(graph):
+        desc = n.meta.get("desc")
+        if desc is not None:
+            if type(desc).__name__ == "ForwardTokenAOTInput":
+                tokens.append(n)
+            continue
+        if "tangents" in n.name or not n.users:
+            continue
+        if all(u.op == "call_function" and u.target is torch.ops.higher_order.with_effects and u.args
+               and u.args[0] is n for u in n.users):
+            tokens.append(n)
+    return tokens
+
+
+def with_token_gradients(outs: Sequence[Any], num_fwd_outputs: int, graph: fx.Graph) -> list[Any]:
+    """``outs`` with a None gradient for each effect token (Note [Effect tokens]),
+    when the joint graph returns one gradient per non-token primal; else unchanged."""
+    tokens = set(effect_tokens(graph))
+    outs = list(outs)
+    if not tokens:
+        return outs
+    primals = [n for n in _placeholders(graph) if derive_role(n.name, "joint") == "primal"
+               and n.meta.get("fxremat_role", "primal") == "primal"]
+    if len(outs) != num_fwd_outputs + len(primals) - len(tokens):
+        return outs
+    grads = iter(outs[num_fwd_outputs:])
+    return outs[:num_fwd_outputs] + [None if p in tokens else next(grads) for p in primals]
 
 
 def mutated_inputs(graph: fx.Graph) -> dict[fx.Node, int | None]:
@@ -535,6 +610,9 @@ def to_json(
             f"(got {type(outs).__name__}); wrap a single result in a tuple"
         )
 
+    if kind == "joint":
+        outs = with_token_gradients(outs, int(num_fwd_outputs), graph)
+
     doc: dict[str, Any] = {"format": FORMAT_NAME, "version": list(VERSION)}
     if name is not None:
         doc["name"] = str(name)
@@ -561,6 +639,7 @@ def to_json(
 
     mutated = mutated_inputs(graph) if kind == "joint" else {}
     constant_entries: dict[str, dict] = {}
+    subgraph_entries: dict[str, dict] = {}
     enc = _Encoder()
     ops: dict[str, dict] = {}
     nodes = []
@@ -575,7 +654,8 @@ def to_json(
             if node.args:
                 raise UnsupportedGraphError(f"{where}: placeholders with default values are not supported")
         elif node.op == "call_function":
-            t = target_to_str(node.target, node.name)
+            t = target_to_str(node.target, node.name) if constants != "reference" else \
+                in_process_target(node.target, node.name)
             entry["target"] = t
             if isinstance(node.target, torch._ops.OpOverload) and t not in ops:
                 ops[t] = dict(_op_facts(node.target))
@@ -588,7 +668,13 @@ def to_json(
                     )
         elif node.op == "get_attr":
             entry["target"] = str(node.target)
-            if node.target not in constant_entries:
+            sub = _get_attr(gm, node.target)
+            if isinstance(sub, fx.GraphModule):
+                # Note [Higher-order ops]: a subgraph a higher-order op runs, as a
+                # nested document of its own
+                if str(node.target) not in subgraph_entries:
+                    subgraph_entries[str(node.target)] = _subgraph_document(sub, where, constants)
+            elif node.target not in constant_entries:
                 constant_entries[str(node.target)] = _encode_constant(enc, gm, node, where, constants)
         else:
             raise UnsupportedGraphError(f"{where}: node op {node.op!r} is not supported")
@@ -601,7 +687,9 @@ def to_json(
             if node.kwargs:
                 entry["kwargs"] = {k: enc.arg(v, f"{where} kwargs[{k!r}]") for k, v in node.kwargs.items()}
 
-        if node.op == "get_attr":
+        if node.op == "get_attr" and str(node.target) in subgraph_entries:
+            pass  # a subgraph has no value facts
+        elif node.op == "get_attr":
             if constant_entries[str(node.target)].get("opaque") is None:
                 entry["meta"] = _encode_meta(enc, node, where, val=constant_entries[str(node.target)]["val"])
         elif node.op != "output":
@@ -617,7 +705,22 @@ def to_json(
     doc["ops"] = {k: ops[k] for k in sorted(ops)}
     if constant_entries:
         doc["constants"] = {k: constant_entries[k] for k in sorted(constant_entries)}
+    if subgraph_entries:
+        doc["subgraphs"] = {k: subgraph_entries[k] for k in sorted(subgraph_entries)}
     doc["nodes"] = nodes
+    return doc
+
+
+def _subgraph_document(sub: fx.GraphModule, where: str, constants: str) -> dict:
+    """The nested document of a higher-order op's subgraph: a plain graph without
+    ``format`` and ``version`` (the enclosing document's apply)."""
+    try:
+        doc = to_json(sub, kind="plain", constants=constants)
+    except UnsupportedGraphError as e:
+        raise UnsupportedGraphError(f"{where}: in its subgraph: {e}") from None
+    doc.pop("format", None)
+    doc.pop("version", None)
+    doc.pop("name", None)
     return doc
 
 
@@ -634,8 +737,8 @@ def _encode_constant(enc: "_Encoder", gm: fx.GraphModule, node: fx.Node, where: 
     obj = _get_attr(gm, node.target)
     if isinstance(obj, torch.nn.Module):
         raise UnsupportedGraphError(
-            f"{where}: get_attr of the submodule {node.target!r} ({type(obj).__name__}): subgraphs of higher-order "
-            "operators are not supported by the fxremat format")
+            f"{where}: get_attr of the submodule {node.target!r} ({type(obj).__name__}): the format holds a "
+            "higher-order operator's subgraphs (GraphModules), not other modules")
     if not isinstance(obj, torch.Tensor):
         if mode == "reference" and obj is not None:
             return {"opaque": f"{type(obj).__module__}.{type(obj).__qualname__}"}
@@ -1029,6 +1132,12 @@ class _Decoder:
                     return torch.device(v)
                 except (RuntimeError, TypeError):
                     raise _fail(where, f"unknown device {v!r}") from None
+            if key == "op":
+                _expect(isinstance(v, str), where, f"an operator is named by a string, got {v!r}")
+                try:
+                    return resolve_target(v)
+                except FormatError as e:
+                    raise _fail(where, str(e)) from None
             raise _fail(where, f"unknown argument object key {key!r}")
         raise _fail(where, f"unsupported JSON value {a!r}")
 
@@ -1178,7 +1287,8 @@ def _check_top(doc: Any) -> None:
     _expect(isinstance(doc.get("nodes"), list) and doc["nodes"], "$.nodes", "expected a non-empty list of nodes")
 
 
-def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = False) -> fx.GraphModule:
+def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = False,
+              _nested_at: str | None = None) -> fx.GraphModule:
     """Rebuild a GraphModule from a parsed document. See :func:`load`. ``base_dir``:
     where the sidecar file of large constants is (the graph file's directory).
 
@@ -1186,9 +1296,13 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
     docs/format.md applies here too, with the same located message as the CLI's;
     ``written_by_cpp``: the document is the C++ library's own output (an emitted
     forward or backward), which its reader would only read again."""
-    _check_top(doc)
-    if not written_by_cpp:
-        _check_with_cpp_reader(doc, base_dir)
+    if _nested_at is None:
+        _check_top(doc)
+        if not written_by_cpp:
+            _check_with_cpp_reader(doc, base_dir)
+    else:  # a subgraph's document: the enclosing one was checked, whole
+        _expect(isinstance(doc, dict) and doc.get("kind") == "plain", _nested_at, "a subgraph is a plain graph document")
+        _expect(isinstance(doc.get("nodes"), list) and doc["nodes"], f"{_nested_at}.nodes", "expected a non-empty list of nodes")
     kind = doc["kind"]
     symbols = doc.get("symbols") or {}
     _expect(isinstance(symbols, dict) and all(isinstance(k, str) and _is_int(v) for k, v in symbols.items()),
@@ -1213,6 +1327,10 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
 
     dec = _Decoder(symbols)
     constants = _decode_constants(doc, base_dir, dec)
+    subgraphs_j = doc.get("subgraphs") or {}
+    _expect(isinstance(subgraphs_j, dict), "$.subgraphs", "expected an object")
+    subgraphs = {k: from_json(v, base_dir, written_by_cpp=True, _nested_at=f"{_nested_at or '$'}.subgraphs.{k}")
+                 for k, v in subgraphs_j.items()}
     nodes_json = doc["nodes"]
     graph = fx.Graph()
     env: dict[str, fx.Node] = {}
@@ -1275,10 +1393,10 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
                 kwargs[k] = dec.arg(v, f"{where}.kwargs[{k!r}]", env, later)
             node = graph.call_function(fn, args, kwargs, name=name)
         elif op == "get_attr":
-            _expect(isinstance(target, str) and target in constants, f"{where}.target",
-                    f"get_attr of {target!r}, which $.constants does not hold")
+            _expect(isinstance(target, str) and (target in constants or target in subgraphs), f"{where}.target",
+                    f"get_attr of {target!r}, which neither $.constants nor $.subgraphs holds")
             _expect(not args_j and not kwargs_j, where, "a get_attr node takes no arguments")
-            node = graph.get_attr(target)
+            node = graph.create_node("get_attr", target, name=name)  # FX would name it after the target
         else:  # output
             _expect(len(args_j) == 1 and isinstance(args_j[0], list), f"{where}.args",
                     "the output node takes one argument, a list of node references or nulls")
@@ -1295,7 +1413,11 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
         env[name] = node
 
         if op != "output":
-            if "val" in meta_j:
+            if isinstance(meta_j.get("val"), dict) and meta_j["val"].get("kind") == "opaque":
+                # Note [Opaque inputs]: the runtime supplies the object; kept as JSON
+                _expect(isinstance(meta_j["val"].get("type"), str), f"{where}.meta.val.type", "expected a type name")
+                node.meta["fxremat_val"] = meta_j["val"]
+            elif "val" in meta_j:
                 # Malformed facts are a FormatError. Well-formed facts that cannot be
                 # rebuilt here (a SymPy function we cannot parse, a device fake tensors
                 # cannot make) stay available, as JSON, in meta["fxremat_val"].
@@ -1372,6 +1494,15 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
         graph.lint()
     except Exception as e:  # pragma: no cover - guarded by the checks above
         raise FormatError(f"$.nodes: the rebuilt graph is invalid: {e}") from None
-    gm = fx.GraphModule(_constant_root(constants), graph)
+    root = _constant_root(constants)
+    for path, sub in subgraphs.items():
+        mod = root
+        *parents, leaf = path.split(".")
+        for p in parents:
+            if not hasattr(mod, p):
+                mod.add_module(p, torch.nn.Module())
+            mod = getattr(mod, p)
+        mod.add_module(leaf, sub)
+    gm = fx.GraphModule(root, graph)
     gm.meta["fxremat"] = facts
     return gm

@@ -76,6 +76,8 @@ class Partition:
             raise ValueError(f"{len(tangents)} tangents given, signature has {len(sig['tangents'])}")
         for t, value in zip(sig["tangents"], tangents):
             bw_in[t["backward_input_index"]] = value
+        for o in sig.get("opaque_inputs", []):  # Note [Opaque inputs]: the caller's object
+            bw_in[o["backward_input_index"]] = primals[o["forward_input_index"]]
         return bw_in
 
 

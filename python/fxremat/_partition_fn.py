@@ -357,10 +357,10 @@ def _target_text(target: Any) -> str:
     if s is None:
         if isinstance(target, str):
             return target
-        from ._format import target_to_str
+        from ._format import in_process_target
 
         try:
-            s = target_to_str(target)
+            s = in_process_target(target)
         except Exception:  # noqa: BLE001 - not encodable: the document cannot name it either
             s = repr(target)
         _TARGET_TEXT[target] = s
@@ -546,6 +546,8 @@ def build_modules(
         SavedForBackwardsNoVcCheckAOTOutput,
     )
 
+    from ._format import effect_tokens
+
     graph = joint_module.graph
     joint_nodes = {n.name: n for n in graph.nodes}
     out_node = graph.output_node()
@@ -627,6 +629,8 @@ def build_modules(
             raise ValueError(f"tangent_slots {tangent_slots} do not list the joint tangents {tangents} in order")
         for new_name, jn, _ in tangent_slots:
             tangent_nodes.append(bb.placeholder(jn, new_name) if jn is not None else bb.graph.placeholder(new_name))
+    # Note [Opaque inputs]: the backward's last inputs, from the caller
+    opaque_nodes = [bb.placeholder(o["name"]) for o in sig.get("opaque_inputs", [])]
     bw_outs: list[fx.Node | None] = []
     doc_placeholders = 0
     for e in bw_doc["nodes"]:
@@ -639,6 +643,23 @@ def build_modules(
             bw_outs = [None if r is None else bb.env[r["node"]] for r in e["args"][0]]
         else:
             bb.copy(e)
+    token_names = {n.name for n in effect_tokens(graph)}
+    if token_names and len(joint_outs) < num_fwd_outputs + len(bw_outs):
+        # Note [Effect tokens] (_format.effect_tokens): the joint graph has no
+        # gradient slot for a token; drop the None the document returned there.
+        by_grad = sorted(sig["primals"], key=lambda p: p["gradient_index"])
+        bw_outs = [o for o, p in zip(bw_outs, by_grad) if p["name"] not in token_names]
+        sig = dict(sig)
+        k = 0
+        primals = []
+        for p in sig["primals"]:
+            if p["name"] in token_names:
+                primals.append(dict(p, gradient_index=-1, has_gradient=False))
+            else:
+                primals.append(dict(p, gradient_index=k))
+                k += 1
+        sig["primals"] = primals
+        sig["backward"] = dict(sig["backward"], num_outputs=len(bw_outs))
     bw_descs = list(joint_descs[num_fwd_outputs:]) if joint_descs is not None else None
     bw_graph = bb.finish(bw_outs, bw_descs)
 
@@ -649,7 +670,9 @@ def build_modules(
             {"name": t.name, "backward_input_index": n_saved + k, "forward_output_index": j, "used": jn is not None}
             for k, (t, (_, jn, j)) in enumerate(zip(tangent_nodes, tangent_slots))
         ]
-        sig["backward"] = dict(sig["backward"], num_inputs=n_saved + len(tangent_slots))
+        n_in = n_saved + len(tangent_slots)
+        sig["opaque_inputs"] = [dict(o, backward_input_index=n_in + k) for k, o in enumerate(sig.get("opaque_inputs", []))]
+        sig["backward"] = dict(sig["backward"], num_inputs=n_in + len(opaque_nodes))
     _check_positions(fw_graph, bw_graph, sig, fb.env, bb.env, tangent_nodes, fw_slot, bw_slot)
 
     from torch.fx._lazy_graph_module import _make_graph_module
@@ -670,8 +693,10 @@ def _check_positions(fw: fx.Graph, bw: fx.Graph, sig: dict, fw_env: dict[str, fx
         problems.append(f"forward returns {len(fw_out)} values, the signature says {sig['forward']['num_outputs']}")
     if len(bw_in) != sig["backward"]["num_inputs"]:
         problems.append(f"backward takes {len(bw_in)} inputs, the signature says {sig['backward']['num_inputs']}")
-    if len(bw_in) - len(sig["saved"]) != len(tangent_nodes):
-        problems.append(f"backward has {len(bw_in) - len(sig['saved'])} tangent inputs, expected {len(tangent_nodes)}")
+    n_opaque = len(sig.get("opaque_inputs", []))
+    if len(bw_in) - len(sig["saved"]) - n_opaque != len(tangent_nodes):
+        problems.append(f"backward has {len(bw_in) - len(sig['saved']) - n_opaque} tangent inputs, "
+                        f"expected {len(tangent_nodes)}")
     if not problems:
         for s in sig["saved"]:
             f, b = s["forward_output_index"], s["backward_input_index"]
@@ -1055,8 +1080,8 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     before recomputed regions. ``keep_annotations``: keep the naming ops in the graphs.
     ``dump_dir``: write every
     partition's graphs, signature and residual report to a new directory under it.
-    ``fallback``: for a joint graph the format cannot encode (higher-order operators,
-    opaque objects), use PyTorch's partitioner of the same name (with the min-cut
+    ``fallback``: for a joint graph the format cannot encode (opaque objects, dict
+    arguments), use PyTorch's partitioner of the same name (with the min-cut
     ``options`` as config patches) and warn, naming what that drops (the policy, offload
     settings, ``dump_dir``), instead of raising :class:`fxremat.UnsupportedGraphError`.
 

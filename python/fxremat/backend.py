@@ -39,8 +39,10 @@ Options (``options={...}``), all optional:
                             AOTAutograd cache for the compile, so that partitioning runs)
 ``dump``                    ``True``: as ``dump_dir`` with ``$FXREMAT_DUMP_DIR`` or
                             ``./fxremat_dump``
-``fallback``                ``True``: graphs the format cannot encode (higher-order ops)
-                            go to PyTorch's partitioner, with a warning
+``fallback``                ``True``: graphs the format cannot encode (opaque inputs
+                            such as ``BackwardState``, dict arguments such as
+                            flex_attention's kernel options) go to PyTorch's
+                            partitioner, with a warning
 min-cut options             ``torch._functorch.config`` names, passed to the C++ min cut:
                             ``recompute_views``, ``aggressive_recomputation``,
                             ``ban_recompute_*``, ``treat_parameters_as_free_to_save``,

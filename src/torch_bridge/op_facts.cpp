@@ -157,6 +157,7 @@ Expected<bool> CompleteOpFactsFromDispatcher(Graph& graph) {
     const std::string& target = node.target();
     if (graph.ops().find(target) != graph.ops().end()) continue;
     if (torch_bridge::IsPythonCallableTarget(target)) continue;
+    if (IsHigherOrderTarget(target)) continue;  // no schema: Note [Higher-order ops]
 
     std::string schema_text;
     std::vector<std::string> tags;

@@ -473,6 +473,7 @@ class Interpreter {
           env_[i] = std::move(inputs[next_input++]);
           break;
         case OpKind::kGetAttr: {
+          if (graph_.subgraphOf(node)) break;  // a subgraph: the higher-order op that takes it runs it
           Expected<IValue> v = Constant(node);
           if (!v.ok()) return v.status();
           env_[i] = std::move(v).value();
@@ -529,6 +530,7 @@ class Interpreter {
         if (!format) return Status::BadInput("unknown memory format '" + a.text + "'", Where(node));
         return IValue(*format);
       }
+      case Argument::Kind::kOp: return IValue(a.text);  // only higher-order ops take one (CallHigherOrder)
       case Argument::Kind::kNode:
         if (a.node == nullptr || a.node->owningGraph() != &graph_ || a.node->index() >= env_.size())
           return Status::BadInput("argument refers to a node outside the graph", Where(node));
@@ -549,6 +551,7 @@ class Interpreter {
   Expected<IValue> Call(const Node& node) {
     const std::string& target = node.target();
     if (node.isGetItem()) return GetItem(node);
+    if (IsHigherOrderTarget(target)) return CallHigherOrder(node);
     if (IsAnnotationOp(target)) {
       if (node.args().empty()) return Status::BadInput("annotation op without an argument", Where(node));
       return Raw(node.args()[0], node);
@@ -595,6 +598,202 @@ class Interpreter {
     return CallDispatcher(node);
   }
 
+  // Note [Higher-order ops] (fxremat/ir.h): the bodies run in an interpreter of
+  // their own; what each op does with them is PyTorch's dense implementation.
+  Expected<std::vector<IValue>> RunBody(const Node& node, const Argument& a, std::vector<IValue> inputs) {
+    const Graph* body = a.is_node() ? graph_.subgraphOf(*a.node) : nullptr;
+    if (!body) return Status::BadInput("'" + node.target() + "' expects a subgraph (get_attr) here", Where(node));
+    Interpreter sub(*body, label_ + " graph's subgraph '" + a.node->target() + "'");
+    return sub.Run(std::move(inputs));
+  }
+
+  Expected<std::vector<IValue>> RawList(const Argument& a, const Node& node) {
+    std::vector<IValue> out;
+    if (a.kind != Argument::Kind::kList) return Status::BadInput("expected a list of operands", Where(node));
+    for (const Argument& item : a.list) {
+      Expected<IValue> v = Raw(item, node);
+      if (!v.ok()) return v.status();
+      out.push_back(std::move(v).value());
+    }
+    return out;
+  }
+
+  static IValue Tuple(std::vector<IValue> items) { return IValue(c10::ivalue::Tuple::create(std::move(items))); }
+
+  Expected<IValue> CallHigherOrder(const Node& node) {
+    const std::string name = node.target().substr(std::string_view("higher_order.").size());
+    const auto& args = node.args();
+    auto need = [&](size_t n) -> Status {
+      if (args.size() < n)
+        return Status::BadInput("'" + node.target() + "' takes at least " + std::to_string(n) + " arguments",
+                                Where(node));
+      return Status::Ok();
+    };
+    if (name == "cond") {  // cond(pred, true_graph, false_graph, operands)
+      FXREMAT_RETURN_IF_ERROR(need(4));
+      Expected<IValue> pred = Raw(args[0], node);
+      if (!pred.ok()) return pred.status();
+      bool take_true = false;
+      if (pred.value().isTensor()) take_true = pred.value().toTensor().item<bool>();
+      else if (pred.value().isBool()) take_true = pred.value().toBool();
+      else if (std::optional<PyNum> n = ToPyNum(pred.value())) take_true = n->asDouble() != 0;
+      else return Status::BadInput("cond's predicate is neither a tensor nor a scalar", Where(node));
+      Expected<std::vector<IValue>> operands = RawList(args[3], node);
+      if (!operands.ok()) return operands.status();
+      Expected<std::vector<IValue>> outs = RunBody(node, args[take_true ? 1 : 2], std::move(operands).value());
+      if (!outs.ok()) return outs.status();
+      return Tuple(std::move(outs).value());
+    }
+    if (name == "invoke_subgraph") {  // invoke_subgraph(body, identifier, *operands)
+      FXREMAT_RETURN_IF_ERROR(need(2));
+      std::vector<IValue> operands;
+      for (size_t k = 2; k < args.size(); ++k) {
+        Expected<IValue> v = Raw(args[k], node);
+        if (!v.ok()) return v.status();
+        operands.push_back(std::move(v).value());
+      }
+      Expected<std::vector<IValue>> outs = RunBody(node, args[0], std::move(operands));
+      if (!outs.ok()) return outs.status();
+      return Tuple(std::move(outs).value());
+    }
+    if (name == "map_impl") {  // map_impl(body, xs, pos_args): body over slices of xs, stacked
+      FXREMAT_RETURN_IF_ERROR(need(3));
+      Expected<std::vector<IValue>> xs = RawList(args[1], node);
+      if (!xs.ok()) return xs.status();
+      Expected<std::vector<IValue>> pos = RawList(args[2], node);
+      if (!pos.ok()) return pos.status();
+      if (xs.value().empty() || !xs.value()[0].isTensor())
+        return Status::BadInput("map_impl maps over tensors", Where(node));
+      const int64_t n = xs.value()[0].toTensor().size(0);
+      std::vector<std::vector<at::Tensor>> per_output;
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<IValue> inputs;
+        for (const IValue& x : xs.value()) inputs.emplace_back(x.toTensor().select(0, i));
+        for (const IValue& p : pos.value()) inputs.push_back(p);
+        Expected<std::vector<IValue>> outs = RunBody(node, args[0], std::move(inputs));
+        if (!outs.ok()) return outs.status();
+        per_output.resize(outs.value().size());
+        for (size_t k = 0; k < outs.value().size(); ++k) per_output[k].push_back(outs.value()[k].toTensor());
+      }
+      std::vector<IValue> stacked;
+      for (const auto& pieces : per_output) stacked.emplace_back(at::stack(pieces));
+      return Tuple(std::move(stacked));
+    }
+    if (name == "with_effects") {  // with_effects(token, op, *args, **kwargs) -> (token, *results)
+      FXREMAT_RETURN_IF_ERROR(need(2));
+      if (args[1].kind != Argument::Kind::kOp)
+        return Status::BadInput("with_effects' second argument must be an operator", Where(node));
+      Expected<IValue> token = Raw(args[0], node);
+      if (!token.ok()) return token.status();
+      std::vector<IValue> op_args;
+      for (size_t k = 2; k < args.size(); ++k) {
+        Expected<IValue> v = Raw(args[k], node);
+        if (!v.ok()) return v.status();
+        op_args.push_back(std::move(v).value());
+      }
+      std::vector<std::pair<std::string, IValue>> op_kwargs;
+      for (const auto& [key, a] : node.kwargs()) {
+        Expected<IValue> v = Raw(a, node);
+        if (!v.ok()) return v.status();
+        op_kwargs.emplace_back(key, std::move(v).value());
+      }
+      Expected<IValue> result = CallOp(node, args[1].text, std::move(op_args), std::move(op_kwargs));
+      if (!result.ok()) return result.status();
+      std::vector<IValue> items{token.value()};
+      if (result.value().isTuple())
+        for (const IValue& r : result.value().toTupleRef().elements()) items.push_back(r);
+      else
+        items.push_back(result.value());
+      return Tuple(std::move(items));
+    }
+    if (name == "auto_functionalized_v2") return CallAutoFunctionalized(node);
+    return Status::BadInput("the higher-order op '" + node.target() +
+                                "' cannot be run here (verify runs cond, map_impl, invoke_subgraph, with_effects and "
+                                "auto_functionalized_v2)",
+                            Where(node));
+  }
+
+  // auto_functionalized_v2(op, _all_bases=[...], _x_base_index=..., [view facts], other kwargs):
+  // the mutable op runs on copies of the bases (each mutable argument rebuilt as
+  // its view of its base's copy); returns (results..., copied bases...).
+  Expected<IValue> CallAutoFunctionalized(const Node& node) {
+    if (node.args().empty() || node.args()[0].kind != Argument::Kind::kOp)
+      return Status::BadInput("auto_functionalized_v2's first argument must be an operator", Where(node));
+    const std::string& target = node.args()[0].text;
+    Expected<const c10::OperatorHandle*> found = FindOp(node, target);
+    if (!found.ok()) return found.status();
+    const c10::FunctionSchema& schema = found.value()->schema();
+    std::map<std::string, IValue> kw;
+    for (const auto& [key, a] : node.kwargs()) {
+      Expected<IValue> v = Raw(a, node);
+      if (!v.ok()) return v.status();
+      kw[key] = std::move(v).value();
+    }
+    std::vector<at::Tensor> bases;
+    if (auto it = kw.find("_all_bases"); it != kw.end() && it->second.isList())
+      for (const IValue& b : it->second.toListRef()) bases.push_back(b.toTensor().clone(at::MemoryFormat::Preserve));
+    auto take = [&](const std::string& key) -> std::optional<IValue> {
+      auto it = kw.find(key);
+      if (it == kw.end()) return std::nullopt;
+      IValue v = it->second;
+      kw.erase(it);
+      return v;
+    };
+    auto ints = [](const IValue& v) {
+      std::vector<int64_t> out;
+      for (const IValue& x : v.toListRef()) out.push_back(x.toInt());
+      return out;
+    };
+    std::vector<std::pair<std::string, IValue>> op_kwargs;
+    for (const c10::Argument& param : schema.arguments()) {
+      const bool mutable_arg = param.alias_info() && param.alias_info()->isWrite();
+      if (!mutable_arg) continue;
+      const std::string prefix = "_" + param.name();
+      std::optional<IValue> base_index = take(prefix + "_base_index");
+      if (!base_index)
+        return Status::BadInput("auto_functionalized_v2: no view facts for the mutable argument '" + param.name() +
+                                    "' (a list of tensors is not supported here)",
+                                Where(node));
+      if (base_index->isNone()) {
+        op_kwargs.emplace_back(param.name(), IValue());
+        continue;
+      }
+      const int64_t k = base_index->toInt();
+      if (k < 0 || k >= static_cast<int64_t>(bases.size()))
+        return Status::BadInput("auto_functionalized_v2: base index out of range", Where(node));
+      at::Tensor view = bases[static_cast<size_t>(k)];
+      if (take(prefix + "_alias")) {
+        view = view.alias();
+      } else if (std::optional<IValue> offset = take(prefix + "_storage_offset")) {
+        std::optional<IValue> size = take(prefix + "_size");
+        std::optional<IValue> stride = take(prefix + "_stride");
+        if (!size || !stride) return Status::BadInput("auto_functionalized_v2: incomplete view facts", Where(node));
+        view = view.as_strided(ints(*size), ints(*stride), offset->toInt());
+      } else if (std::optional<IValue> dim = take(prefix + "_slice_dim")) {
+        std::optional<IValue> start = take(prefix + "_slice_start");
+        std::optional<IValue> end = take(prefix + "_slice_end");
+        view = view.slice(dim->toInt(), start && !start->isNone() ? std::optional<int64_t>(start->toInt()) : std::nullopt,
+                          end && !end->isNone() ? std::optional<int64_t>(end->toInt()) : std::nullopt);
+      }
+      op_kwargs.emplace_back(param.name(), view);
+    }
+    take("_all_bases");
+    for (auto& [key, v] : kw) {
+      if (key.starts_with("_"))
+        return Status::BadInput("auto_functionalized_v2: unsupported argument '" + key + "'", Where(node));
+      op_kwargs.emplace_back(key, std::move(v));
+    }
+    Expected<IValue> result = CallOp(node, target, {}, std::move(op_kwargs));
+    if (!result.ok()) return result.status();
+    std::vector<IValue> items;
+    if (result.value().isTuple())
+      for (const IValue& r : result.value().toTupleRef().elements()) items.push_back(r);
+    else
+      items.push_back(result.value());
+    for (at::Tensor& b : bases) items.emplace_back(std::move(b));
+    return Tuple(std::move(items));
+  }
+
   Expected<IValue> GetItem(const Node& node) {
     if (node.args().size() != 2) return Status::BadInput("getitem takes two arguments", Where(node));
     Expected<IValue> seq = Raw(node.args()[0], node);
@@ -615,7 +814,22 @@ class Interpreter {
   }
 
   Expected<IValue> CallDispatcher(const Node& node) {
-    const std::string& target = node.target();
+    std::vector<IValue> args;
+    for (const Argument& a : node.args()) {
+      Expected<IValue> v = Raw(a, node);
+      if (!v.ok()) return v.status();
+      args.push_back(std::move(v).value());
+    }
+    std::vector<std::pair<std::string, IValue>> kwargs;
+    for (const auto& [key, a] : node.kwargs()) {
+      Expected<IValue> v = Raw(a, node);
+      if (!v.ok()) return v.status();
+      kwargs.emplace_back(key, std::move(v).value());
+    }
+    return CallOp(node, node.target(), std::move(args), std::move(kwargs));
+  }
+
+  Expected<const c10::OperatorHandle*> FindOp(const Node& node, const std::string& target) {
     auto it = ops_.find(target);
     if (it == ops_.end()) {
       std::optional<c10::OperatorHandle> op = torch_bridge::FindDispatcherOp(target);
@@ -624,15 +838,23 @@ class Interpreter {
                                 Where(node));
       it = ops_.emplace(target, *op).first;
     }
-    const c10::OperatorHandle& op = it->second;
+    return &it->second;
+  }
+
+  // Calls `target` through the dispatcher on runtime values (positional, then by name).
+  Expected<IValue> CallOp(const Node& node, const std::string& target, std::vector<IValue> raw_args,
+                          std::vector<std::pair<std::string, IValue>> raw_kwargs) {
+    Expected<const c10::OperatorHandle*> found = FindOp(node, target);
+    if (!found.ok()) return found.status();
+    const c10::OperatorHandle& op = *found.value();
     const c10::FunctionSchema& schema = op.schema();
     const std::vector<c10::Argument>& params = schema.arguments();
     const std::string op_where = "op '" + target + "': ";
 
-    if (node.args().size() > params.size())
-      return Status::BadInput(op_where + std::to_string(node.args().size()) + " positional arguments for " +
+    if (raw_args.size() > params.size())
+      return Status::BadInput(op_where + std::to_string(raw_args.size()) + " positional arguments for " +
                               std::to_string(params.size()) + " parameters", Where(node));
-    for (const auto& [key, unused] : node.kwargs()) {
+    for (const auto& [key, unused] : raw_kwargs) {
       (void)unused;
       bool found = std::any_of(params.begin(), params.end(),
                                [&](const c10::Argument& p) { return p.name() == key; });
@@ -643,10 +865,14 @@ class Interpreter {
     stack.reserve(params.size());
     for (size_t p = 0; p < params.size(); ++p) {
       const c10::Argument& param = params[p];
-      const Argument* arg = p < node.args().size() ? &node.args()[p] : node.kwarg(param.name());
+      const IValue* arg = nullptr;
+      if (p < raw_args.size()) arg = &raw_args[p];
+      else
+        for (const auto& [key, v] : raw_kwargs)
+          if (key == param.name()) arg = &v;
       // Pinned host memory needs an accelerator; on the CPU it changes no value
       // (an offload copy of a value traced on cuda says pin_memory=True).
-      if (param.name() == "pin_memory" && arg != nullptr && arg->kind == Argument::Kind::kBool) {
+      if (param.name() == "pin_memory" && arg != nullptr && arg->isBool()) {
         stack.emplace_back();
         continue;
       }
@@ -661,12 +887,10 @@ class Interpreter {
         }
         return Status::BadInput(op_where + "missing argument '" + param.name() + "'", Where(node));
       }
-      Expected<IValue> raw = Raw(*arg, node);
-      if (!raw.ok()) return raw.status();
       std::string error;
       std::optional<IValue> v;
       try {
-        v = Coerce(raw.value(), param.type(), param.N(), &error);
+        v = Coerce(*arg, param.type(), param.N(), &error);
       } catch (const std::exception& e) {
         error = ErrorText(e);
       }
@@ -788,6 +1012,10 @@ Expected<InputValue> MakeInput(const Node& node, const at::Generator& gen) {
       }
       return Status::BadInput("cannot build an input for constant '" + e + "'", where);
     }
+    case ValueFacts::Kind::kOpaque:  // Note [Opaque inputs]: only the caller has one
+      return Status::BadInput("cannot build an input of the opaque type " + val.expr +
+                                  " (the runtime supplies it: verify runs such a graph only in process)",
+                              where);
     default:
       return Status::BadInput("cannot build an input without tensor or symint facts", where);
   }
