@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <queue>
 #include <set>
@@ -49,6 +50,7 @@
 #include "fxremat/policy.h"
 #include "passes/budget_partition.h"
 #include "passes/default_partition.h"
+#include "src/facts_check.h"
 #include "src/max_flow.h"
 #include "src/partition_internal.h"
 
@@ -660,17 +662,46 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassific
     if (up->meta().region_memory_budget) budgets.insert(*up->meta().region_memory_budget);
     else if (up->isCallFunction() && c.required_by_forward[up->index()]) unannotated.push_back(up->name());
   }
+  // As the reference (torch 2.13), a budget must cover the higher-order ops'
+  // bodies too (Note [Higher-order ops]): every node of every subgraph, nested
+  // ones included, carries it, or the budget did not cover that op.
+  std::function<void(const Graph&, int)> visit = [&](const Graph& graph, int depth) {
+    for (const auto& [name, sub] : graph.subgraphs()) {
+      if (depth > kMaxSubgraphNesting) return;
+      for (const auto& up : sub->nodes()) {
+        if (up->meta().region_memory_budget) budgets.insert(*up->meta().region_memory_budget);
+        else if (up->isCallFunction()) unannotated.push_back(up->name());
+      }
+      visit(*sub, depth + 1);
+    }
+  };
+  visit(g, 0);
+  // Python's repr of a float: 0.0, 0.5, 1e-05.
+  auto py_float = [](double d) {
+    std::string s = fmt::format("{}", d);
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+  };
+  std::vector<std::string> printed;
+  for (double b : budgets) printed.push_back(py_float(b));
+  auto quoted = [](const std::vector<std::string>& names) {  // a Python list of str
+    std::vector<std::string> out;
+    for (const std::string& n : names) out.push_back("'" + n + "'");
+    return out;
+  };
   if (budgets.size() > 1)
     return Status::BadInput(fmt::format(
-        "torch.autograd.graph.region_activation_memory_budget: conflicting budgets within a single joint graph: "
-        "[{}]. Use a graph break to separate regions that need different budgets.", fmt::join(budgets, ", ")));
+        "torch.autograd.graph.region_activation_memory_budget: conflicting budgets within a single joint graph "
+        "(including nested subgraphs): [{}]. Use a graph break to separate regions that need different budgets.",
+        fmt::join(printed, ", ")));
   if (!budgets.empty()) {
     if (!unannotated.empty())
       return Status::BadInput(fmt::format(
-          "torch.autograd.graph.region_activation_memory_budget: must cover the entire forward of a graph, but {} "
-          "forward op(s) are unannotated. Wrap the whole forward in a single region; use a graph break to scope "
-          "different budgets to different graphs. Unannotated ops: [{}].",
-          unannotated.size(), fmt::join(unannotated, ", ")));
+          "torch.autograd.graph.region_activation_memory_budget: must cover the entire forward of a graph "
+          "(including HOP bodies), but {} forward op(s) are unannotated. Wrap the whole forward in a single region; "
+          "use a graph break to scope different budgets to different graphs. Note that a graph break inside the "
+          "annotated region can also cause unannotated ops here. Unannotated ops: [{}].",
+          unannotated.size(), fmt::join(quoted(unannotated), ", ")));
     options.activation_memory_budget = *budgets.begin();
   }
   if (options.activation_memory_budget < 0 || options.activation_memory_budget > 1)

@@ -70,7 +70,7 @@ def test_conflicting_region_budgets_are_refused():
             x = m.layers[1](x)
         return x.sum()
 
-    with pytest.raises(Exception, match=r"conflicting budgets within a single joint graph: \[0, 0\.5\]"):
+    with pytest.raises(Exception, match=r"conflicting budgets within a single joint graph \(including nested subgraphs\): \[0\.0, 0\.5\]"):
         _compile_and_step(two, Net(), torch.randn(4, 32))
 
 
@@ -80,7 +80,7 @@ def test_partial_region_is_refused():
             x = m.layers[0](x)
         return m.layers[1](x).sum()
 
-    with pytest.raises(Exception, match=r"must cover the entire forward of a graph, but \d+ forward op\(s\) are "
+    with pytest.raises(Exception, match=r"must cover the entire forward of a graph \(including HOP bodies\), but \d+ forward op\(s\) are "
                                         r"unannotated"):
         _compile_and_step(partial, Net(), torch.randn(4, 32))
 
@@ -122,3 +122,39 @@ def test_format_and_cli_carry_region_budgets(tmp_path):
     bad = subprocess.run([os.path.join(REPO, "build", "fxremat"), "partition", str(tmp_path / "partial.json.gz")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "must cover the entire forward" in bad.stderr
+
+
+@pytest.mark.parametrize("case", ["partial", "conflict"])
+def test_region_errors_inside_a_nested_compile_region(case):
+    """The body of a torch.compiler.nested_compile_region is a joint graph of its own
+    (the invoke_subgraph body): its region budgets are checked as PyTorch checks them,
+    with the same message."""
+
+    @torch.compiler.nested_compile_region
+    def block(x, w):
+        with region(0.0):
+            y = torch.tanh(x @ w)
+        if case == "partial":
+            return torch.sin(y @ w)
+        with region(0.5):
+            return torch.sin(y @ w)
+
+    def f(x, ws):
+        for w in ws:
+            x = block(x, w)
+        return x.sum()
+
+    ws = [torch.randn(16, 16, requires_grad=True) for _ in range(2)]
+    x = torch.randn(8, 16)
+    messages = []
+    for backend, options in (("aot_eager", None), ("fxremat", {"compiler": "aot_eager"})):
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend=backend, options=options) if options else torch.compile(f, backend=backend)
+        with pytest.raises(Exception) as raised:
+            compiled(x, ws).backward()
+        (line,) = [ln for ln in str(raised.value).splitlines() if "region_activation_memory_budget:" in ln]
+        messages.append(line.split("region_activation_memory_budget:", 1)[1].strip())
+    torch._dynamo.reset()
+    want, got = messages
+    assert got == want
+    assert ("conflicting budgets" in got) == (case == "conflict")
