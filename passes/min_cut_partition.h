@@ -36,7 +36,8 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& op
 // node's legacy meta["memory_budget"] (MemoryBudgetMode), then the budget of
 // torch.autograd.graph.region_activation_memory_budget on the nodes. All
 // annotated nodes must agree, and the annotation must cover every forward op
-// (call_function nodes the forward outputs need); otherwise bad input with
+// (call_function nodes the forward outputs need, and every call_function of the
+// higher-order ops' subgraphs, nested ones included); otherwise bad input with
 // PyTorch's message. The result is the fraction of Note [Peak budget];
 // memory_budget_bytes, when given, still takes precedence over it.
 Expected<MinCutOptions> ResolveRegionBudget(const Graph& prepared, const JointClassification& c,
