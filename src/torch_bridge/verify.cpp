@@ -679,6 +679,35 @@ class Interpreter {
       for (const auto& pieces : per_output) stacked.emplace_back(at::stack(pieces));
       return Tuple(std::move(stacked));
     }
+    if (name == "scan") {  // scan(combine_fn, init, xs, additional_inputs) -> (*final carries, *stacked ys)
+      FXREMAT_RETURN_IF_ERROR(need(4));
+      Expected<std::vector<IValue>> init = RawList(args[1], node);
+      if (!init.ok()) return init.status();
+      Expected<std::vector<IValue>> xs = RawList(args[2], node);
+      if (!xs.ok()) return xs.status();
+      Expected<std::vector<IValue>> extra = RawList(args[3], node);
+      if (!extra.ok()) return extra.status();
+      std::vector<IValue> carry = std::move(init).value();
+      if (xs.value().empty() || !xs.value()[0].isTensor()) return Status::BadInput("scan scans over tensors", Where(node));
+      const int64_t n = xs.value()[0].toTensor().size(0);
+      std::vector<std::vector<at::Tensor>> ys;
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<IValue> inputs = carry;
+        for (const IValue& x : xs.value()) inputs.emplace_back(x.toTensor().select(0, i));
+        for (const IValue& a : extra.value()) inputs.push_back(a);
+        Expected<std::vector<IValue>> outs = RunBody(node, args[0], std::move(inputs));
+        if (!outs.ok()) return outs.status();
+        if (outs.value().size() < carry.size())
+          return Status::BadInput("scan's body returns fewer values than it carries", Where(node));
+        for (size_t k = 0; k < carry.size(); ++k) carry[k] = outs.value()[k];
+        ys.resize(outs.value().size() - carry.size());
+        for (size_t k = carry.size(); k < outs.value().size(); ++k)
+          ys[k - carry.size()].push_back(outs.value()[k].toTensor());
+      }
+      std::vector<IValue> items = carry;
+      for (const auto& pieces : ys) items.emplace_back(at::stack(pieces));
+      return Tuple(std::move(items));
+    }
     if (name == "with_effects") {  // with_effects(token, op, *args, **kwargs) -> (token, *results)
       FXREMAT_RETURN_IF_ERROR(need(2));
       if (args[1].kind != Argument::Kind::kOp)
@@ -708,7 +737,7 @@ class Interpreter {
     }
     if (name == "auto_functionalized_v2") return CallAutoFunctionalized(node);
     return Status::BadInput("the higher-order op '" + node.target() +
-                                "' cannot be run here (verify runs cond, map_impl, invoke_subgraph, with_effects and "
+                                "' cannot be run here (verify runs cond, map_impl, scan, invoke_subgraph, with_effects and "
                                 "auto_functionalized_v2)",
                             Where(node));
   }
