@@ -1509,7 +1509,8 @@ void WriteArgument(JsonStreamWriter& w, const Argument& a) {
 // a nested subgraph document (`nested`) has no format and version of its own.
 // Returns false when the sink failed.
 bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, const std::string& sidecar_name,
-                      std::map<std::string, SafetensorsEntry>* sidecar) {
+                      std::map<std::string, SafetensorsEntry>* sidecar,
+                      const std::function<bool(const Node&)>* brief = nullptr) {
   w.BeginObject();
   if (!nested) {
     w.Key("format"); w.String("fxremat.graph");
@@ -1602,6 +1603,16 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
     w.Key("name"); w.String(n.name());
     w.Key("op"); w.String(OpKindName(n.op()));
     w.Key("target"); w.String(n.target());
+    if (brief && (*brief)(n)) {  // GraphToJsonBrief: the node's name, op, target and decision only
+      if (!n.meta().recompute.empty()) {
+        w.Key("meta");
+        w.BeginObject();
+        w.Key("recompute"); w.String(n.meta().recompute);
+        w.EndObject();
+      }
+      w.EndObject();
+      continue;
+    }
     if (n.isPlaceholder()) {
       w.Key("role"); w.String(PlaceholderRoleName(n.role()));
       if (!n.path().empty()) { w.Key("path"); w.String(n.path()); }
@@ -1897,6 +1908,14 @@ Status WriteGraphFile(const std::string& path, const Graph& graph) {
 }
 
 nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) { return GraphToJsonDocument(graph, "", nullptr); }
+
+std::string GraphToJsonBrief(const Graph& graph, const std::function<bool(const Node&)>& brief) {
+  JsonStreamWriter writer;
+  WriteGraphObject(writer, graph, /*nested=*/false, "", nullptr, &brief);
+  writer.text() += '\n';
+  writer.Flush(/*all=*/true);
+  return std::move(writer.text());
+}
 
 namespace {
 

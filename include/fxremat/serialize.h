@@ -2,6 +2,7 @@
 // (optionally gzip compressed) and, through text.h, the IR text form.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,6 +25,11 @@ Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std:
 // Serializes a graph; deterministic (same graph → byte-identical text). Every
 // constant's data is inline.
 std::string GraphToJson(const Graph& graph);
+// As GraphToJson, but a node for which `brief` is true is written as its name,
+// op, target and recompute decision only (no arguments, facts or other
+// metadata): what partition_fn needs of a node it copies from the joint graph
+// it holds (src/python/bindings.cpp). Not a readable graph document.
+std::string GraphToJsonBrief(const Graph& graph, const std::function<bool(const Node&)>& brief);
 
 // A graph's document and the safetensors sidecar for constants over 64 KiB
 // (empty when there are none), which the document names `sidecar_name`.

@@ -86,10 +86,16 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+_TARGET_STR: dict[Any, str] = {}  # OpOverload -> its name: str() costs microseconds
+
+
 def target_to_str(target: Any, node_name: str = "?") -> str:
     """``aten.mm.default`` for OpOverloads, ``module.qualname`` for Python callables."""
     if isinstance(target, torch._ops.OpOverload):
-        return str(target)
+        s = _TARGET_STR.get(target)
+        if s is None:
+            s = _TARGET_STR[target] = str(target)
+        return s
     if isinstance(target, torch._ops.OpOverloadPacket):
         raise UnsupportedGraphError(
             f"node {node_name!r}: target {target} is an overload packet, not an overload; "
@@ -196,15 +202,17 @@ def _op_facts(op: torch._ops.OpOverload) -> dict:
 
 
 def _storage_ref(t: torch.Tensor) -> Any:
-    """``StorageWeakRef(t.untyped_storage())`` (equal for tensors that alias one storage,
-    as torch/_functorch/compile_utils.py's fx_graph_cse compares them), or None when the
-    storage cannot be queried."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-
+    """The address of ``t``'s storage (what ``StorageWeakRef(t.untyped_storage()).cdata``
+    is: equal for tensors that alias one storage, as torch/_functorch/compile_utils.py's
+    fx_graph_cse compares them), or None when the storage cannot be queried. The
+    encoder keeps each storage alive while it encodes (_Encoder._storage_refs), so no
+    address is reused; without the weak-reference object, which cost a third of
+    encoding a tensor."""
     try:
-        return StorageWeakRef(t.untyped_storage())
+        storage = t.untyped_storage()
     except (NotImplementedError, RuntimeError):
         return None
+    return storage
 
 
 class _Encoder:
@@ -336,7 +344,7 @@ class _Encoder:
             ref = _storage_ref(v)
             if ref is not None:
                 self._storage_refs.append(ref)
-                facts["storage"] = self.storage_id(("storage", ref.cdata))
+                facts["storage"] = self.storage_id(("storage", ref._cdata))
             return facts
         if isinstance(v, torch.SymInt):
             c = v.node.maybe_as_int()

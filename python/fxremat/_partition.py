@@ -150,6 +150,27 @@ class PipelineRequest:
         return repr((self.policy, self.offload_target, self.barrier, self.keep_annotations))
 
 
+def partition_brief(document: dict, partitioner: str, options: dict[str, str],
+                    request: PipelineRequest | None = None) -> tuple[dict, dict, dict]:
+    """:func:`partition_document` for a caller that holds the joint graph
+    (partition_fn): a node copied from it comes back as its name, op, target and
+    recompute decision only (``fxremat._C.partition_brief``), which is most of the
+    answer's size. Falls back to the full documents."""
+    _C = _extension()
+    request = request or PipelineRequest()
+    if hasattr(_C, "partition_brief"):
+        try:
+            text = json.dumps(document, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError):
+            text = None
+        if text is not None:
+            answers = _C.partition_brief(text, partitioner, options, policy=request.policy,
+                                         offload_target=request.offload_target, barrier=request.barrier,
+                                         keep_annotations=request.keep_annotations)
+            return tuple(json.loads(a) for a in answers)  # type: ignore[return-value]
+    return partition_document(document, partitioner, options, request)
+
+
 def partition_document(document: dict, partitioner: str, options: dict[str, str],
                        request: PipelineRequest | None = None) -> tuple[dict, dict, dict]:
     """``fxremat._C.partition_document`` with the pipeline's arguments; a clear error

@@ -150,6 +150,43 @@ std::unique_ptr<Graph> Parse(const std::string& text) {
 
 }  // namespace
 
+// Whether two arguments are the same, node references compared by name (an
+// emitted graph's nodes are copies of the joint graph's, in another graph).
+static bool SameArgument(const Argument& a, const Argument& b) {
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case Argument::Kind::kNode: return a.node->name() == b.node->name();
+    case Argument::Kind::kList:
+      if (a.list.size() != b.list.size()) return false;
+      for (size_t i = 0; i < a.list.size(); ++i)
+        if (!SameArgument(a.list[i], b.list[i])) return false;
+      return true;
+    case Argument::Kind::kDouble:
+    case Argument::Kind::kComplex:
+      return (a.double_value == b.double_value || (a.double_value != a.double_value && b.double_value != b.double_value)) &&
+             (a.imag_value == b.imag_value || (a.imag_value != a.imag_value && b.imag_value != b.imag_value));
+    default: return a.int_value == b.int_value && a.text == b.text;
+  }
+}
+
+// A node partition_fn can copy from the joint graph it holds: an input (it
+// needs the name only), or a node of the joint graph with the same target and
+// arguments (not one a pass made or rewrote).
+static bool CopiedFromJoint(const Node& n, const Graph& joint) {
+  if (n.isPlaceholder()) return true;
+  if (n.isOutput()) return false;
+  const Node* j = joint.findNode(n.name());
+  if (!j || j->op() != n.op() || j->target() != n.target() || j->args().size() != n.args().size() ||
+      j->kwargs().size() != n.kwargs().size())
+    return false;
+  for (size_t i = 0; i < n.args().size(); ++i)
+    if (!SameArgument(n.args()[i], j->args()[i])) return false;
+  for (size_t i = 0; i < n.kwargs().size(); ++i)
+    if (n.kwargs()[i].first != j->kwargs()[i].first || !SameArgument(n.kwargs()[i].second, j->kwargs()[i].second))
+      return false;
+  return true;
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "fxremat C++ core (IR, I/O, partitioners)";
   m.attr("__version__") = FXREMAT_VERSION;
@@ -174,6 +211,24 @@ PYBIND11_MODULE(_C, m) {
       py::arg("keep_annotations") = false,
       "Partition a joint graph through the pipeline (include/fxremat/pipeline.h); `policy` is the policy's JSON "
       "text. Returns (forward_json, backward_json, signature_json).");
+  m.def(
+      "partition_brief",
+      [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options,
+         const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
+         bool keep_annotations) {
+        PartitionRequest request = MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations);
+        std::unique_ptr<Graph> joint = Parse(graph);
+        Partition p = RunWithoutGil(*joint, request);
+        auto brief = [&](const Node& n) { return CopiedFromJoint(n, *joint); };
+        return std::make_tuple(GraphToJsonBrief(*p.forward, brief), GraphToJsonBrief(*p.backward, brief),
+                               SignatureToJson(p.signature));
+      },
+      py::arg("graph"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
+      py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,
+      py::arg("keep_annotations") = false,
+      "As partition, but every node that is a copy of a joint-graph node (same target and arguments) or an input "
+      "is written as its name, op, target and recompute decision only: what partition_fn, which holds the joint "
+      "graph, needs to build the GraphModules (GraphToJsonBrief).");
   m.def(
       "partition_document",
       [](const py::dict& document, const std::string& partitioner, const std::map<std::string, std::string>& options,
