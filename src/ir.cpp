@@ -27,7 +27,7 @@ struct DTypeEntry {
   std::string_view safetensors;  // the safetensors header's dtype name
 };
 
-constexpr std::array<DTypeEntry, 14> kDTypes = {{
+constexpr std::array<DTypeEntry, 21> kDTypes = {{
     {DType::kFloat64, "float64", "f64", 8, "F64"},
     {DType::kFloat32, "float32", "f32", 4, "F32"},
     {DType::kFloat16, "float16", "f16", 2, "F16"},
@@ -42,6 +42,13 @@ constexpr std::array<DTypeEntry, 14> kDTypes = {{
     {DType::kComplex128, "complex128", "c128", 16, "C128"},
     {DType::kFloat8E4M3FN, "float8_e4m3fn", "f8e4m3fn", 1, "F8_E4M3"},
     {DType::kFloat8E5M2, "float8_e5m2", "f8e5m2", 1, "F8_E5M2"},
+    {DType::kComplex32, "complex32", "c32", 4, "C32"},
+    {DType::kUInt16, "uint16", "u16", 2, "U16"},
+    {DType::kUInt32, "uint32", "u32", 4, "U32"},
+    {DType::kUInt64, "uint64", "u64", 8, "U64"},
+    {DType::kFloat8E4M3FNUZ, "float8_e4m3fnuz", "f8e4m3fnuz", 1, "F8_E4M3FNUZ"},
+    {DType::kFloat8E5M2FNUZ, "float8_e5m2fnuz", "f8e5m2fnuz", 1, "F8_E5M2FNUZ"},
+    {DType::kFloat8E8M0FNU, "float8_e8m0fnu", "f8e8m0fnu", 1, "F8_E8M0"},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -78,7 +85,8 @@ bool DTypeIsFloating(DType dtype) {
   switch (dtype) {
     case DType::kFloat64: case DType::kFloat32: case DType::kFloat16: case DType::kBFloat16:
     case DType::kComplex64: case DType::kComplex128: case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2: case DType::kComplex32: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0FNU:
       return true;
     default:
       return false;

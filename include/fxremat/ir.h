@@ -29,6 +29,8 @@ class Graph;
 enum class DType : uint8_t {
   kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32, kInt16, kInt8, kUInt8,
   kBool, kComplex64, kComplex128, kFloat8E4M3FN, kFloat8E5M2,
+  // Every other dtype torch 2.13 has (op_db's chalf makes complex32 values).
+  kComplex32, kUInt16, kUInt32, kUInt64, kFloat8E4M3FNUZ, kFloat8E5M2FNUZ, kFloat8E8M0FNU,
 };
 
 // "float32" (torch's name without "torch.").

@@ -93,16 +93,21 @@ at::ScalarType ToScalarType(DType dtype) {
     case DType::kComplex128: return at::kComplexDouble;
     case DType::kFloat8E4M3FN: return at::ScalarType::Float8_e4m3fn;
     case DType::kFloat8E5M2: return at::ScalarType::Float8_e5m2;
+    case DType::kComplex32: return at::kComplexHalf;
+    case DType::kUInt16: return at::kUInt16;
+    case DType::kUInt32: return at::kUInt32;
+    case DType::kUInt64: return at::kUInt64;
+    case DType::kFloat8E4M3FNUZ: return at::ScalarType::Float8_e4m3fnuz;
+    case DType::kFloat8E5M2FNUZ: return at::ScalarType::Float8_e5m2fnuz;
+    case DType::kFloat8E8M0FNU: return at::ScalarType::Float8_e8m0fnu;
   }
   return at::kFloat;
 }
 
 // fxremat's name of a runtime dtype ("float32"), or libtorch's for the rest.
 std::string ScalarTypeName(at::ScalarType type) {
-  for (int i = 0; i <= static_cast<int>(DType::kFloat8E5M2); ++i) {
-    auto dtype = static_cast<DType>(i);
+  for (DType dtype : AllDTypes())
     if (ToScalarType(dtype) == type) return std::string(DTypeName(dtype));
-  }
   return c10::toString(type);
 }
 
@@ -989,8 +994,8 @@ Expected<std::map<std::string, at::Tensor>> LoadInputsFile(const std::string& pa
     FXREMAT_ASSIGN_OR_RETURN(auto entries, ParseSafetensors(contents, path));
     for (auto& [key, e] : entries) {
       std::optional<DType> dtype;
-      for (int d = 0; d <= static_cast<int>(DType::kFloat8E5M2); ++d)
-        if (SafetensorsDType(static_cast<DType>(d)) == e.dtype) dtype = static_cast<DType>(d);
+      for (DType d : AllDTypes())
+        if (SafetensorsDType(d) == e.dtype) dtype = d;
       if (!dtype) return Status::BadInput("tensor '" + key + "' has the unsupported dtype " + e.dtype, path);
       at::Tensor t = at::empty_strided(e.shape, ContiguousStrides(e.shape),
                                        at::TensorOptions().dtype(ToScalarType(*dtype)));

@@ -83,3 +83,34 @@ def test_polar_trains_under_the_backend(compiler):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     assert fxremat.partition_records()[-1].fallback is None
+
+
+def test_every_torch_dtype_is_in_the_format():
+    """The format's dtype table holds every dtype torch has (op_db's chalf makes
+    complex32 values; the unsigned and float8 variants appear in quantized graphs)."""
+    from fxremat._partition import _extension
+
+    names = {entry[0] for entry in _extension().dtypes()}
+    wanted = {str(d).removeprefix("torch.") for d in (
+        torch.complex32, torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz,
+        torch.float8_e8m0fnu, torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.complex128)}
+    assert wanted <= names, wanted - names
+
+
+def test_chalf_trains_through_partition_fn():
+    from torch._functorch.aot_autograd import aot_function
+
+    def nop(g, _):
+        return g
+
+    def f(x):
+        return x.chalf().cfloat().abs() * x
+
+    x = torch.randn(5, requires_grad=True)
+    got = aot_function(f, nop, nop, partition_fn=fxremat.partition_fn())(x)
+    got.sum().backward()
+    x2 = x.detach().requires_grad_()
+    want = f(x2)
+    want.sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x.grad, x2.grad)
