@@ -332,6 +332,8 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
   const ValueFacts& val = node.val();
   if (val.is_sym()) {
     weight = val.kind == ValueFacts::Kind::kSymFloat ? 4 : 1;
+  } else if (val.kind == ValueFacts::Kind::kConst && node.isPlaceholder()) {
+    weight = 1;  // a Python scalar input (specialized int): saved as the reference saves it
   } else if (!val.is_tensor()) {
     cannot_save = "non-tensor output";
   } else if (options_.treat_parameters_as_free_to_save && static_lifetime_[i]) {

@@ -178,12 +178,16 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
     if (p->val().kind == ValueFacts::Kind::kOpaque) opaque_inputs.push_back(p);
   for (Node* s : saved_values) {
     if (s->val().kind == ValueFacts::Kind::kOpaque && s->isPlaceholder()) continue;
-    if (!s->val().is_tensor() && !IsSymNode(*s))
+    // A Python scalar (an int input Dynamo specialized, read by the backward)
+    // is saved with the symints, as the reference saves it and AOTAutograd's
+    // runtime stashes it (on ctx, not through save_for_backward).
+    const bool scalar = IsSymNode(*s) || s->val().kind == ValueFacts::Kind::kConst;
+    if (!s->val().is_tensor() && !scalar)
       return Status::Internal(fmt::format("saved value '{}' is neither a tensor nor a symbolic scalar", s->name()));
     if (std::find(saved_tensors.begin(), saved_tensors.end(), s) != saved_tensors.end() ||
         std::find(saved_syms.begin(), saved_syms.end(), s) != saved_syms.end())
       return Status::Internal(fmt::format("saved value '{}' listed twice", s->name()));
-    (IsSymNode(*s) ? saved_syms : saved_tensors).push_back(s);
+    (scalar ? saved_syms : saved_tensors).push_back(s);
   }
 
   auto backward_inputs = [&](std::vector<Node*>& inputs, std::vector<PlaceholderRole>& roles) {

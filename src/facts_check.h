@@ -22,9 +22,6 @@ struct FactsProblem {
 };
 std::optional<FactsProblem> FindTensorFactsProblem(const TensorFacts& t);
 
-// A symbol's hint is a size: not negative.
-std::optional<std::string> SymbolHintProblem(std::string_view symbol, int64_t hint);
-
 // How deep a node's arguments (lists) and its value facts (tuples) may nest, in
 // both forms: well below the JSON reader's overall limit (kMaxJsonDepth = 256),
 // with room for the levels around them, so that whatever one reader accepts, the

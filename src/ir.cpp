@@ -392,10 +392,6 @@ std::optional<FactsProblem> FindTensorFactsProblem(const TensorFacts& t) {
   return std::nullopt;
 }
 
-std::optional<std::string> SymbolHintProblem(std::string_view symbol, int64_t hint) {
-  if (hint < 0) return fmt::format("symbol {} has the hint {}: sizes are not negative", symbol, hint);
-  return std::nullopt;
-}
 
 Status CheckUtf8(std::string_view text, std::string_view what) {
   size_t line = 1, col = 1;
@@ -528,8 +524,9 @@ Status VerifyGraph(const Graph& graph) {
     if (n.isOutput() && (n.args().size() != 1 || n.args()[0].kind != Argument::Kind::kList))
       return Status::BadInput("the output node must have one argument, a list of values", where);
   }
-  for (const auto& [sym, hint] : graph.symbols())
-    if (auto problem = SymbolHintProblem(sym, hint)) return Status::BadInput(*problem, "symbols");
+  // A symbol's hint may be any integer: a symbol need not be a size (an integer
+  // argument Dynamo made dynamic: index_add's alpha=-1, a negative padding); a
+  // negative size is refused where a dimension takes the hint (FindTensorFactsProblem).
   for (const auto& [target, sub] : graph.subgraphs()) {
     const std::string where = fmt::format("subgraph '{}'", target);
     if (!sub) return Status::Internal("a null subgraph", where);

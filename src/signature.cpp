@@ -115,7 +115,7 @@ Status CheckSignature(const Graph& forward, const Graph& backward, const Signatu
                                 produced->val().tensor.shape != s.facts.tensor.shape))
       return Violation(where, fmt::format("states {} but the value is {}", FormatValueFacts(s.facts),
                                           FormatValueFacts(produced->val())));
-    if (is_sym != produced->val().is_sym())
+    if (is_sym != (produced->val().is_sym() || produced->val().kind == ValueFacts::Kind::kConst))
       return Violation(where, fmt::format("kind '{}' does not match the value", is_sym ? "symint" : "tensor"));
   }
   for (size_t i = 0; i < sig.tangents.size(); ++i) {
@@ -212,7 +212,9 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
     } else {
       e["shape"] = nullptr;
       e["dtype"] = s.facts.kind == ValueFacts::Kind::kSymFloat ? "symfloat"
-                   : s.facts.kind == ValueFacts::Kind::kSymBool ? "symbool" : "symint";
+                   : s.facts.kind == ValueFacts::Kind::kSymBool ? "symbool"
+                   : s.facts.kind == ValueFacts::Kind::kConst   ? "const"  // a Python scalar input
+                                                                 : "symint";
     }
     if (s.facts.is_sym() && !s.facts.expr.empty()) e["expr"] = s.facts.expr;
     e["bytes"] = s.bytes;
@@ -325,6 +327,7 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
         const std::string dtype = s.value("dtype", "symint");
         v.facts.kind = dtype == "symfloat"  ? ValueFacts::Kind::kSymFloat
                        : dtype == "symbool" ? ValueFacts::Kind::kSymBool
+                       : dtype == "const"   ? ValueFacts::Kind::kConst  // a Python scalar input
                                             : ValueFacts::Kind::kSymInt;
         if (s.contains("expr") && s["expr"].is_string()) v.facts.expr = s["expr"].get<std::string>();
       }
