@@ -555,11 +555,14 @@ Status VerifyGraph(const Graph& graph) {
       return Status::BadInput(fmt::format("num_fwd_outputs is {} but the output node has {} entries",
                                           joint.num_fwd_outputs, num_outputs),
                               "joint.num_fwd_outputs");
-    if (num_outputs - joint.num_fwd_outputs != primals)
+    const int64_t tokens = joint.backwardTokens();
+    if (num_outputs - joint.num_fwd_outputs != primals + tokens)
       return Status::BadInput(
-          fmt::format("num_fwd_outputs is {}: that leaves {} gradient outputs for {} primals "
-                      "(a joint graph returns one gradient per primal)",
-                      joint.num_fwd_outputs, num_outputs - joint.num_fwd_outputs, primals),
+          fmt::format("num_fwd_outputs is {}: that leaves {} gradient outputs for {} primals{} "
+                      "(a joint graph returns one gradient per primal{})",
+                      joint.num_fwd_outputs, num_outputs - joint.num_fwd_outputs, primals,
+                      tokens ? fmt::format(" and {} backward effect tokens", tokens) : "",
+                      tokens ? ", then the backward's tokens" : ""),
           "joint.num_fwd_outputs");
     if (!joint.output_paths.empty() &&
         static_cast<int64_t>(joint.output_paths.size()) != joint.num_fwd_outputs)
@@ -582,6 +585,7 @@ Status VerifyGraph(const Graph& graph) {
     }
     for (size_t i = 0; i < joint.tangent_outputs.size(); ++i) {
       int64_t o = joint.tangent_outputs[i];
+      if (o == -1) continue;  // a backward effect token
       if (o < 0 || o >= joint.num_fwd_outputs)
         return Status::BadInput(fmt::format("tangent {} belongs to forward output {}, out of range", i, o),
                                 fmt::format("joint.tangent_outputs[{}]", i));
@@ -626,16 +630,17 @@ std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
 // belongs to (AOTAutograd's descriptors were absent: an invoke_subgraph body,
 // an older exporter) gets the mapping PyTorch's partitioners imply: tangents
 // follow the forward outputs that need them, in order. Tried in turn, the first
-// that accounts for every tangent wins:
+// that accounts for every tangent wins (after rule 0: a `tangents_token*` input
+// of no elements is a backward effect token, -1, Note [Effect tokens]):
 //   1. the outputs whose value requires grad;
 //   2. all forward outputs, one tangent each;
 //   3. the floating-point tensor outputs (the only ones that can carry a gradient);
 //   4. in order, each tangent to the next output of its dtype and shape.
 // Otherwise the first tangent that matches no output is an error naming it.
-Expected<std::vector<int64_t>> InferTangentOutputs(const Graph& g) {
-  std::vector<const Node*> tangents;
-  for (const Node* ph : g.placeholders())
-    if (ph->role() == PlaceholderRole::kTangent) tangents.push_back(ph);
+namespace {
+
+// Rules 1-4 of the Note, for the tangents that are cotangents.
+Expected<std::vector<int64_t>> InferCotangentOutputs(const Graph& g, const std::vector<const Node*>& tangents) {
   const std::vector<Node*> outputs = g.outputValues();
   const int64_t nfo = std::min<int64_t>(g.joint().num_fwd_outputs, static_cast<int64_t>(outputs.size()));
   auto pick = [&](auto&& keep) {
@@ -673,6 +678,31 @@ Expected<std::vector<int64_t>> InferTangentOutputs(const Graph& g) {
           "joint.tangent_outputs");
   }
   return matched;
+}
+
+}  // namespace
+
+Expected<std::vector<int64_t>> InferTangentOutputs(const Graph& g) {
+  // Rule 0: AOTAutograd names a backward effect token's input `tangents_token*`
+  // (BackwardTokenAOTInput): it belongs to no output (-1, Note [Effect tokens]).
+  std::vector<const Node*> tangents;
+  std::vector<bool> is_token;
+  for (const Node* ph : g.placeholders())
+    if (ph->role() == PlaceholderRole::kTangent) {
+      const bool token = ph->name().starts_with("tangents_token") && ph->val().is_tensor() &&
+                         ph->val().tensor.numel() == 0;
+      is_token.push_back(token);
+      if (!token) tangents.push_back(ph);
+    }
+  auto with_tokens = [&](std::vector<int64_t> mapped) {
+    std::vector<int64_t> out;
+    size_t k = 0;
+    for (bool token : is_token) out.push_back(token ? -1 : mapped[k++]);
+    return out;
+  };
+  Expected<std::vector<int64_t>> mapped = InferCotangentOutputs(g, tangents);
+  if (!mapped.ok()) return mapped.status();
+  return with_tokens(std::move(mapped).value());
 }
 
 }  // namespace fxremat

@@ -38,9 +38,12 @@ Status CheckSignature(const Graph& forward, const Graph& backward, const Signatu
     return Violation("forward.num_outputs", fmt::format("{} forward outputs + {} saved values != {}",
                                                         sig.num_fwd_outputs, sig.saved.size(),
                                                         sig.forward_num_outputs));
-  if (static_cast<int64_t>(sig.primals.size()) != sig.backward_num_outputs)
-    return Violation("primals", fmt::format("{} primals but {} backward outputs (one gradient per primal)",
-                                            sig.primals.size(), sig.backward_num_outputs));
+  int64_t backward_tokens = 0;  // Note [Effect tokens]: returned after the gradients
+  for (const TangentEntry& t : sig.tangents) backward_tokens += t.forward_output_index == -1;
+  if (static_cast<int64_t>(sig.primals.size()) + backward_tokens != sig.backward_num_outputs)
+    return Violation("primals", fmt::format("{} primals and {} backward tokens but {} backward outputs (one gradient "
+                                            "per primal, then the tokens)",
+                                            sig.primals.size(), backward_tokens, sig.backward_num_outputs));
 
   std::set<int64_t> fw_in_used, fw_out_used, bw_in_used, bw_out_used;
   auto claim = [](std::set<int64_t>& used, int64_t index, int64_t limit, const std::string& where) -> Status {
@@ -127,7 +130,8 @@ Status CheckSignature(const Graph& forward, const Graph& backward, const Signatu
       return Violation(where, fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
                                           t.backward_input_index, t.backward_input_index, node->name(),
                                           PlaceholderRoleName(node->role())));
-    if (t.forward_output_index < 0 || t.forward_output_index >= sig.num_fwd_outputs)
+    if (t.forward_output_index != -1 &&  // -1: a backward effect token
+        (t.forward_output_index < 0 || t.forward_output_index >= sig.num_fwd_outputs))
       return Violation(where, fmt::format("belongs to forward output {}, which is not a user output",
                                           t.forward_output_index));
   }

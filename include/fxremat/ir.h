@@ -299,7 +299,16 @@ std::optional<GraphKind> GraphKindFromName(std::string_view name);
 struct JointFacts {
   int64_t num_fwd_outputs = 0;
   std::vector<std::optional<std::string>> output_paths;  // per forward output
-  std::vector<int64_t> tangent_outputs;  // per tangent: the forward output index
+  // Per tangent: the forward output index, or -1 for a backward effect token
+  // (Note [Effect tokens] in docs/format.md): an input of the backward that is
+  // no cotangent; the joint graph returns one token per such tangent after the
+  // gradients.
+  std::vector<int64_t> tangent_outputs;
+  int64_t backwardTokens() const {
+    int64_t n = 0;
+    for (int64_t t : tangent_outputs) n += t == -1;
+    return n;
+  }
   bool operator==(const JointFacts&) const = default;
 };
 

@@ -472,6 +472,9 @@ def _infer_tangent_outputs(graph: fx.Graph, num_fwd_outputs: int) -> list[int] |
         desc = n.meta.get("desc")
         if "tangents" not in n.name:
             continue
+        if type(desc).__name__ == "BackwardTokenAOTInput":  # Note [Effect tokens]: no output's
+            result.append(-1)
+            continue
         target = _tangent_target(desc)
         if target is None:
             return None
@@ -512,10 +515,13 @@ def with_token_gradients(outs: Sequence[Any], num_fwd_outputs: int, graph: fx.Gr
         return outs
     primals = [n for n in _placeholders(graph) if derive_role(n.name, "joint") == "primal"
                and n.meta.get("fxremat_role", "primal") == "primal"]
-    if len(outs) != num_fwd_outputs + len(primals) - len(tokens):
+    # the backward's own tokens come after the gradients
+    bw_tokens = sum(1 for n in _placeholders(graph) if type(n.meta.get("desc")).__name__ == "BackwardTokenAOTInput")
+    if len(outs) != num_fwd_outputs + len(primals) - len(tokens) + bw_tokens:
         return outs
-    grads = iter(outs[num_fwd_outputs:])
-    return outs[:num_fwd_outputs] + [None if p in tokens else next(grads) for p in primals]
+    grads = iter(outs[num_fwd_outputs:len(outs) - bw_tokens])
+    return (outs[:num_fwd_outputs] + [None if p in tokens else next(grads) for p in primals]
+            + outs[len(outs) - bw_tokens:])
 
 
 def mutated_inputs(graph: fx.Graph) -> dict[fx.Node, int | None]:
@@ -640,7 +646,7 @@ def to_json(
             ntan = sum(1 for n in phs if roles[n] == "tangent")
             if len(tangent_outputs) != ntan:
                 raise ValueError(f"tangent_outputs has {len(tangent_outputs)} entries for {ntan} tangents")
-            if any(not 0 <= i < nfo for i in tangent_outputs):
+            if any(not (0 <= i < nfo or i == -1) for i in tangent_outputs):
                 raise ValueError(f"tangent_outputs {tangent_outputs} out of range of {nfo} forward outputs")
             joint["tangent_outputs"] = tangent_outputs
         doc["joint"] = joint
@@ -651,7 +657,11 @@ def to_json(
     enc = _Encoder()
     ops: dict[str, dict] = {}
     nodes = []
-    for node in graph.nodes:
+    # Placeholders first: AOTAutograd adds a backward effect token's input
+    # (tangents_token) after other nodes; a placeholder reads nothing, so moving it
+    # up keeps every reference defined before its use, and the format wants inputs first.
+    ordered = phs + [n for n in graph.nodes if n.op != "placeholder"]
+    for node in ordered:
         where = f"node {node.name!r}"
         entry: dict[str, Any] = {"name": node.name, "op": node.op}
         if node.op == "placeholder":

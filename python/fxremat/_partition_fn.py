@@ -648,7 +648,8 @@ def build_modules(
         # Note [Effect tokens] (_format.effect_tokens): the joint graph has no
         # gradient slot for a token; drop the None the document returned there.
         by_grad = sorted(sig["primals"], key=lambda p: p["gradient_index"])
-        bw_outs = [o for o, p in zip(bw_outs, by_grad) if p["name"] not in token_names]
+        bw_outs = ([o for o, p in zip(bw_outs, by_grad) if p["name"] not in token_names]
+                   + bw_outs[len(by_grad):])  # the backward's own tokens, after the gradients
         sig = dict(sig)
         k = 0
         primals = []

@@ -1336,10 +1336,11 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
     failed.lines.push_back("FAILED: " + st.ToString());
     return failed;
   };
-  if (static_cast<int64_t>(joint_out->size()) != num_fwd + static_cast<int64_t>(primals.size()))
+  const int64_t backward_tokens = joint.joint().backwardTokens();  // Note [Effect tokens]: after the gradients
+  if (static_cast<int64_t>(joint_out->size()) != num_fwd + static_cast<int64_t>(primals.size()) + backward_tokens)
     return Status::BadInput("the joint graph has " + std::to_string(joint_out->size()) + " outputs for " +
-                            std::to_string(num_fwd) + " forward outputs and " + std::to_string(primals.size()) +
-                            " primals", "joint graph");
+                            std::to_string(num_fwd) + " forward outputs, " + std::to_string(primals.size()) +
+                            " primals and " + std::to_string(backward_tokens) + " backward tokens", "joint graph");
 
   // The forward run: primals at the signature's positions, other inputs (RNG
   // state) by name.

@@ -434,3 +434,43 @@ def test_auto_functionalized_keeps_the_mutation_rule():
     assert "clone" in _saved_names(fw, kw["num_fwd_outputs"])
     assert not bw.graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)
     assert buffer.name not in {n.name for n in bw.graph.find_nodes(op="placeholder")}
+
+
+def test_backward_effect_token_through_the_format_and_cli(repo_root, tmp_path):
+    """linalg.eigvals' backward runs aten._linalg_check_errors through with_effects: the
+    joint graph takes a 'tangents_token' input and returns a token after the gradients
+    (Note [Effect tokens]). The format maps that tangent to no output (-1); the CLI
+    partitions and verifies it; partition_fn's gradients equal PyTorch's."""
+    from torch._functorch.aot_autograd import aot_function
+
+    def nop(g, _):
+        return g
+
+    joints = []
+
+    def capture(joint, inputs, **kw):
+        joints.append((copy.deepcopy(joint), kw))
+        return min_cut_rematerialization_partition(joint, inputs, **kw)
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 4)
+    aot_function(torch.linalg.eigvals, nop, nop, partition_fn=capture)(x.clone().requires_grad_())
+    (joint, kw), = joints
+    doc = fxremat.to_json(joint, num_fwd_outputs=kw["num_fwd_outputs"])
+    assert doc["joint"]["tangent_outputs"][-1] == -1
+    path = tmp_path / "eigvals.json"
+    fxremat.save(joint, path, num_fwd_outputs=kw["num_fwd_outputs"])
+    cli = str(repo_root / "build" / "fxremat")
+    out = tmp_path / "out"
+    subprocess.run([cli, "partition", str(path), "-o", str(out)], capture_output=True, text=True, check=True)
+    verified = subprocess.run([cli, "verify", str(path), str(out)], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    results = []
+    for pf in (min_cut_rematerialization_partition, fxremat.partition_fn()):
+        xi = x.clone().requires_grad_()
+        y = aot_function(torch.linalg.eigvals, nop, nop, partition_fn=pf)(xi)
+        torch.view_as_real(y).sum().backward()
+        results.append((y.detach(), xi.grad))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    torch.testing.assert_close(results[1][1], results[0][1])

@@ -26,14 +26,11 @@ LIMIT = 40
 # reason ("ExceptionType: first line of the message"). Each is a limitation on record,
 # not a pass: remove an entry when fxremat learns the case.
 KNOWN_REFUSALS = [
-    # A backward effect token: an effectful op in the backward (here
-    # aten._linalg_check_errors, from linalg.solve in linalg.eig's backward) is threaded
-    # through torch.ops.higher_order.with_effects, and the joint graph gets a
-    # 'tangents_token' placeholder (BackwardTokenAOTInput) and a BackwardTokenAOTOutput.
-    # fxremat matches every tangent to a forward output and refuses this one.
-    r"^ValueError: joint\.tangent_outputs: tangent 'tangents_token' matches no forward output",
-    # (Fixed, and covered by test_once_refused_ops_now_match below: complex32 values
-    # (chalf: the format had no complex32); under dynamic shapes an int input Dynamo
+    # (None today. Fixed, and covered by test_once_refused_ops_now_match below: a
+    # backward effect token (linalg.eig's backward threads aten._linalg_check_errors
+    # through with_effects: a 'tangents_token' input and a token output after the
+    # gradients, Note [Effect tokens]); complex32 values (chalf: the format had no
+    # complex32); under dynamic shapes an int input Dynamo
     # specialized to a constant that the backward reads (slice_scatter,
     # as_strided_scatter: "infeasible partition"), and a symbol with a negative hint
     # (index_add's alpha=-1, nn.functional.pad.replicate_negative).)
@@ -75,12 +72,14 @@ def test_the_sample_really_compares(rows):
     assert all(r.partitions >= 1 for r in equal)
 
 
-ONCE_REFUSED = ["chalf", "as_strided_scatter", "slice_scatter", "index_add", "nn.functional.pad"]
+ONCE_REFUSED = ["chalf", "as_strided_scatter", "slice_scatter", "index_add", "nn.functional.pad", "linalg.eig",
+                "linalg.eigvals"]
 
 
 def test_once_refused_ops_now_match():
-    """The ops whose refusals were fixed (complex32, a specialized int input the
-    backward reads, negative symbol hints), static and dynamic, five samples each:
+    """The ops whose refusals were fixed (backward effect tokens, complex32, a
+    specialized int input the backward reads, negative symbol hints), static and
+    dynamic, five samples each:
     every row equal to PyTorch's partitioner."""
     ops = [o for o in op_db_parity.load_op_db() if o.name in ONCE_REFUSED]
     assert {o.name for o in ops} == set(ONCE_REFUSED)
