@@ -726,6 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import fxremat
 
     fxremat.partition_fn()  # fail early if the extension is missing
+    commit = _git_commit()  # the code this run imported, before any edit during it
     ops = select_ops(load_op_db(), args.ops.split(",") if args.ops else None, args.limit)
     t0 = time.perf_counter()
     progress = None if args.quiet else (lambda s: print(s, flush=True))
@@ -734,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta = {
         "command": _command_line(argv),
         "torch": torch.__version__,
-        "commit": _git_commit(),
+        "commit": commit,
         "ops": len(ops),
         "samples": args.samples,
         "modes": modes,

@@ -1013,16 +1013,23 @@ def _decode_constants(doc: dict, base_dir: str | None, dec: "_Decoder") -> dict[
     return out
 
 
+def _parent_at(root: torch.nn.Module, path: str) -> tuple[torch.nn.Module, str]:
+    """The module that holds attribute ``path`` of ``root`` (made on the way as empty
+    modules) and the attribute's last name."""
+    mod = root
+    *parents, leaf = path.split(".")
+    for p in parents:
+        if not hasattr(mod, p):
+            mod.add_module(p, torch.nn.Module())
+        mod = getattr(mod, p)
+    return mod, leaf
+
+
 def _constant_root(constants: dict[str, Any]) -> torch.nn.Module:
     """A module that holds the constants at their attribute paths (as buffers)."""
     root = torch.nn.Module()
     for path, t in constants.items():
-        mod = root
-        *parents, leaf = path.split(".")
-        for p in parents:
-            if not hasattr(mod, p):
-                mod.add_module(p, torch.nn.Module())
-            mod = getattr(mod, p)
+        mod, leaf = _parent_at(root, path)
         mod.register_buffer(leaf, t, persistent=False)
     return root
 
@@ -1514,12 +1521,7 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
         raise FormatError(f"$.nodes: the rebuilt graph is invalid: {e}") from None
     root = _constant_root(constants)
     for path, sub in subgraphs.items():
-        mod = root
-        *parents, leaf = path.split(".")
-        for p in parents:
-            if not hasattr(mod, p):
-                mod.add_module(p, torch.nn.Module())
-            mod = getattr(mod, p)
+        mod, leaf = _parent_at(root, path)
         mod.add_module(leaf, sub)
     gm = fx.GraphModule(root, graph)
     gm.meta["fxremat"] = facts

@@ -187,6 +187,18 @@ static bool CopiedFromJoint(const Node& n, const Graph& joint) {
   return true;
 }
 
+// The pipeline on a graph given as text (JSON or the IR text form); returns the
+// forward, backward (brief: nodes copied from the joint graph as names only,
+// GraphToJsonBrief) and signature as JSON text.
+static std::tuple<std::string, std::string, std::string> PartitionText(const std::string& graph,
+                                                                       const PartitionRequest& request, bool brief) {
+  std::unique_ptr<Graph> joint = Parse(graph);
+  Partition p = RunWithoutGil(*joint, request);
+  if (!brief) return {GraphToJson(*p.forward), GraphToJson(*p.backward), SignatureToJson(p.signature)};
+  auto copied = [&](const Node& n) { return CopiedFromJoint(n, *joint); };
+  return {GraphToJsonBrief(*p.forward, copied), GraphToJsonBrief(*p.backward, copied), SignatureToJson(p.signature)};
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "fxremat C++ core (IR, I/O, partitioners)";
   m.attr("__version__") = FXREMAT_VERSION;
@@ -201,10 +213,8 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options,
          const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
          bool keep_annotations) {
-        PartitionRequest request = MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations);
-        std::unique_ptr<Graph> joint = Parse(graph);
-        Partition p = RunWithoutGil(*joint, request);
-        return std::make_tuple(GraphToJson(*p.forward), GraphToJson(*p.backward), SignatureToJson(p.signature));
+        return PartitionText(graph, MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations),
+                             /*brief=*/false);
       },
       py::arg("graph"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
       py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,
@@ -216,12 +226,8 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options,
          const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
          bool keep_annotations) {
-        PartitionRequest request = MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations);
-        std::unique_ptr<Graph> joint = Parse(graph);
-        Partition p = RunWithoutGil(*joint, request);
-        auto brief = [&](const Node& n) { return CopiedFromJoint(n, *joint); };
-        return std::make_tuple(GraphToJsonBrief(*p.forward, brief), GraphToJsonBrief(*p.backward, brief),
-                               SignatureToJson(p.signature));
+        return PartitionText(graph, MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations),
+                             /*brief=*/true);
       },
       py::arg("graph"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
       py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,

@@ -651,12 +651,7 @@ class Interpreter {
     }
     if (name == "invoke_subgraph") {  // invoke_subgraph(body, identifier, *operands)
       FXREMAT_RETURN_IF_ERROR(need(2));
-      std::vector<IValue> operands;
-      for (size_t k = 2; k < args.size(); ++k) {
-        Expected<IValue> v = Raw(args[k], node);
-        if (!v.ok()) return v.status();
-        operands.push_back(std::move(v).value());
-      }
+      FXREMAT_ASSIGN_OR_RETURN(std::vector<IValue> operands, RawArgs(node, 2));
       Expected<std::vector<IValue>> outs = RunBody(node, args[0], std::move(operands));
       if (!outs.ok()) return outs.status();
       return Tuple(std::move(outs).value());
@@ -719,18 +714,8 @@ class Interpreter {
         return Status::BadInput("with_effects' second argument must be an operator", Where(node));
       Expected<IValue> token = Raw(args[0], node);
       if (!token.ok()) return token.status();
-      std::vector<IValue> op_args;
-      for (size_t k = 2; k < args.size(); ++k) {
-        Expected<IValue> v = Raw(args[k], node);
-        if (!v.ok()) return v.status();
-        op_args.push_back(std::move(v).value());
-      }
-      std::vector<std::pair<std::string, IValue>> op_kwargs;
-      for (const auto& [key, a] : node.kwargs()) {
-        Expected<IValue> v = Raw(a, node);
-        if (!v.ok()) return v.status();
-        op_kwargs.emplace_back(key, std::move(v).value());
-      }
+      FXREMAT_ASSIGN_OR_RETURN(std::vector<IValue> op_args, RawArgs(node, 2));
+      FXREMAT_ASSIGN_OR_RETURN(auto op_kwargs, RawKwargs(node));
       Expected<IValue> result = CallOp(node, args[1].text, std::move(op_args), std::move(op_kwargs));
       if (!result.ok()) return result.status();
       std::vector<IValue> items{token.value()};
@@ -847,19 +832,30 @@ class Interpreter {
     return items[static_cast<size_t>(k)];
   }
 
-  Expected<IValue> CallDispatcher(const Node& node) {
-    std::vector<IValue> args;
-    for (const Argument& a : node.args()) {
-      Expected<IValue> v = Raw(a, node);
+  // The runtime values of a node's positional arguments from `first` on.
+  Expected<std::vector<IValue>> RawArgs(const Node& node, size_t first = 0) {
+    std::vector<IValue> out;
+    for (size_t k = first; k < node.args().size(); ++k) {
+      Expected<IValue> v = Raw(node.args()[k], node);
       if (!v.ok()) return v.status();
-      args.push_back(std::move(v).value());
+      out.push_back(std::move(v).value());
     }
-    std::vector<std::pair<std::string, IValue>> kwargs;
+    return out;
+  }
+
+  Expected<std::vector<std::pair<std::string, IValue>>> RawKwargs(const Node& node) {
+    std::vector<std::pair<std::string, IValue>> out;
     for (const auto& [key, a] : node.kwargs()) {
       Expected<IValue> v = Raw(a, node);
       if (!v.ok()) return v.status();
-      kwargs.emplace_back(key, std::move(v).value());
+      out.emplace_back(key, std::move(v).value());
     }
+    return out;
+  }
+
+  Expected<IValue> CallDispatcher(const Node& node) {
+    FXREMAT_ASSIGN_OR_RETURN(std::vector<IValue> args, RawArgs(node));
+    FXREMAT_ASSIGN_OR_RETURN(auto kwargs, RawKwargs(node));
     return CallOp(node, node.target(), std::move(args), std::move(kwargs));
   }
 
