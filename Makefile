@@ -111,3 +111,10 @@ bench: build
 	$(PY) bench/check_synth.py --build $(BUILD)
 	$(PY) bench/make_graphs.py --build $(BUILD)
 	$(PY) bench/run.py --build $(BUILD) $(BENCH_ARGS)
+
+# The whole op_db parity corpus (every OpInfo, static and dynamic shapes; about
+# 6 minutes on 2 cores): docs/op_db_parity.md. `make test` runs a bounded sample
+# (tests/python/test_op_db_parity.py).
+.PHONY: op-db-parity
+op-db-parity: build
+	$(PY) bench/op_db_parity.py --modes static,dynamic --out docs/op_db_parity.md -q
