@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "src/facts_check.h"
 #include "src/partition_internal.h"
 
 namespace fxremat {
@@ -27,7 +28,7 @@ void ForEachTailCopy(const Graph& joint, Fn&& fn) {
 // A graph that runs an effectful op (a with_effects node, in it or in a
 // subgraph it calls).
 bool RunsEffects(const Graph& g, int depth = 0) {
-  if (depth > 16) return false;
+  if (depth > kMaxSubgraphNesting) return false;  // the readers refuse deeper nesting
   for (const auto& up : g.nodes()) {
     if (up->isCallFunction() && up->target() == "higher_order.with_effects") return true;
     if (const Graph* sub = g.subgraphOf(*up); sub && RunsEffects(*sub, depth + 1)) return true;

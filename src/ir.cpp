@@ -392,7 +392,6 @@ std::optional<FactsProblem> FindTensorFactsProblem(const TensorFacts& t) {
   return std::nullopt;
 }
 
-
 Status CheckUtf8(std::string_view text, std::string_view what) {
   size_t line = 1, col = 1;
   for (size_t i = 0; i < text.size();) {
@@ -694,15 +693,11 @@ Expected<std::vector<int64_t>> InferTangentOutputs(const Graph& g) {
       is_token.push_back(token);
       if (!token) tangents.push_back(ph);
     }
-  auto with_tokens = [&](std::vector<int64_t> mapped) {
-    std::vector<int64_t> out;
-    size_t k = 0;
-    for (bool token : is_token) out.push_back(token ? -1 : mapped[k++]);
-    return out;
-  };
-  Expected<std::vector<int64_t>> mapped = InferCotangentOutputs(g, tangents);
-  if (!mapped.ok()) return mapped.status();
-  return with_tokens(std::move(mapped).value());
+  FXREMAT_ASSIGN_OR_RETURN(std::vector<int64_t> mapped, InferCotangentOutputs(g, tangents));
+  std::vector<int64_t> out;
+  size_t k = 0;
+  for (bool token : is_token) out.push_back(token ? -1 : mapped[k++]);
+  return out;
 }
 
 }  // namespace fxremat

@@ -150,31 +150,13 @@ class PipelineRequest:
         return repr((self.policy, self.offload_target, self.barrier, self.keep_annotations))
 
 
-def partition_brief(document: dict, partitioner: str, options: dict[str, str],
-                    request: PipelineRequest | None = None) -> tuple[dict, dict, dict]:
-    """:func:`partition_document` for a caller that holds the joint graph
-    (partition_fn): a node copied from it comes back as its name, op, target and
-    recompute decision only (``fxremat._C.partition_brief``), which is most of the
-    answer's size. Falls back to the full documents."""
-    _C = _extension()
-    request = request or PipelineRequest()
-    if hasattr(_C, "partition_brief"):
-        try:
-            text = json.dumps(document, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError):
-            text = None
-        if text is not None:
-            answers = _C.partition_brief(text, partitioner, options, policy=request.policy,
-                                         offload_target=request.offload_target, barrier=request.barrier,
-                                         keep_annotations=request.keep_annotations)
-            return tuple(json.loads(a) for a in answers)  # type: ignore[return-value]
-    return partition_document(document, partitioner, options, request)
-
-
 def partition_document(document: dict, partitioner: str, options: dict[str, str],
-                       request: PipelineRequest | None = None) -> tuple[dict, dict, dict]:
+                       request: PipelineRequest | None = None, *, brief: bool = False) -> tuple[dict, dict, dict]:
     """``fxremat._C.partition_document`` with the pipeline's arguments; a clear error
-    when the extension predates them."""
+    when the extension predates them. ``brief``: for a caller that holds the joint
+    graph (partition_fn), a node copied from it comes back as its name, op, target and
+    recompute decision only (``GraphToJsonBrief``), most of the answer's size; the
+    full documents serve such a caller as well (the dict path below)."""
     _C = _extension()
     request = request or PipelineRequest()
     # The document goes over as JSON text and the answers come back as JSON text:
@@ -190,7 +172,7 @@ def partition_document(document: dict, partitioner: str, options: dict[str, str]
         try:
             answers = _C.partition(text, partitioner, options, policy=request.policy,
                                    offload_target=request.offload_target, barrier=request.barrier,
-                                   keep_annotations=request.keep_annotations)
+                                   keep_annotations=request.keep_annotations, brief=brief)
         except TypeError as e:
             if "incompatible function arguments" not in str(e):
                 raise

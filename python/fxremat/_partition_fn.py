@@ -785,7 +785,7 @@ def split_joint(
     policy and the other pipeline settings (:class:`fxremat._partition.PipelineRequest`).
     """
     from ._format import to_json
-    from ._partition import _option_text, partition_brief
+    from ._partition import _option_text, partition_document
 
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -804,7 +804,7 @@ def split_joint(
         opts = dict(options or {})
         if static_lifetime_input_indices is not None and partitioner == "mincut":
             opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
-        fw_doc, bw_doc, signature = partition_brief(doc, partitioner, opts, request)
+        fw_doc, bw_doc, signature = partition_document(doc, partitioner, opts, request, brief=True)
         t2 = time.perf_counter()
         if signature.get("notes"):
             import warnings

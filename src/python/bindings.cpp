@@ -187,18 +187,6 @@ static bool CopiedFromJoint(const Node& n, const Graph& joint) {
   return true;
 }
 
-// The pipeline on a graph given as text (JSON or the IR text form); returns the
-// forward, backward (brief: nodes copied from the joint graph as names only,
-// GraphToJsonBrief) and signature as JSON text.
-static std::tuple<std::string, std::string, std::string> PartitionText(const std::string& graph,
-                                                                       const PartitionRequest& request, bool brief) {
-  std::unique_ptr<Graph> joint = Parse(graph);
-  Partition p = RunWithoutGil(*joint, request);
-  if (!brief) return {GraphToJson(*p.forward), GraphToJson(*p.backward), SignatureToJson(p.signature)};
-  auto copied = [&](const Node& n) { return CopiedFromJoint(n, *joint); };
-  return {GraphToJsonBrief(*p.forward, copied), GraphToJsonBrief(*p.backward, copied), SignatureToJson(p.signature)};
-}
-
 PYBIND11_MODULE(_C, m) {
   m.doc() = "fxremat C++ core (IR, I/O, partitioners)";
   m.attr("__version__") = FXREMAT_VERSION;
@@ -212,29 +200,22 @@ PYBIND11_MODULE(_C, m) {
       "partition",
       [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options,
          const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
-         bool keep_annotations) {
-        return PartitionText(graph, MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations),
-                             /*brief=*/false);
+         bool keep_annotations, bool brief) {
+        PartitionRequest request = MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations);
+        std::unique_ptr<Graph> joint = Parse(graph);
+        Partition p = RunWithoutGil(*joint, request);
+        if (!brief) return std::make_tuple(GraphToJson(*p.forward), GraphToJson(*p.backward), SignatureToJson(p.signature));
+        auto copied = [&](const Node& n) { return CopiedFromJoint(n, *joint); };
+        return std::make_tuple(GraphToJsonBrief(*p.forward, copied), GraphToJsonBrief(*p.backward, copied),
+                               SignatureToJson(p.signature));
       },
       py::arg("graph"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
       py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,
-      py::arg("keep_annotations") = false,
+      py::arg("keep_annotations") = false, py::arg("brief") = false,
       "Partition a joint graph through the pipeline (include/fxremat/pipeline.h); `policy` is the policy's JSON "
-      "text. Returns (forward_json, backward_json, signature_json).");
-  m.def(
-      "partition_brief",
-      [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options,
-         const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
-         bool keep_annotations) {
-        return PartitionText(graph, MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations),
-                             /*brief=*/true);
-      },
-      py::arg("graph"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
-      py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,
-      py::arg("keep_annotations") = false,
-      "As partition, but every node that is a copy of a joint-graph node (same target and arguments) or an input "
-      "is written as its name, op, target and recompute decision only: what partition_fn, which holds the joint "
-      "graph, needs to build the GraphModules (GraphToJsonBrief).");
+      "text. Returns (forward_json, backward_json, signature_json). `brief`: every node that is a copy of a "
+      "joint-graph node (same target and arguments) or an input is written as its name, op, target and recompute "
+      "decision only: what partition_fn, which holds the joint graph, needs (GraphToJsonBrief).");
   m.def(
       "partition_document",
       [](const py::dict& document, const std::string& partitioner, const std::map<std::string, std::string>& options,
