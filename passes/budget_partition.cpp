@@ -14,6 +14,8 @@
 #include <fmt/ranges.h>
 
 #include "fxremat/peak_model.h"
+#include "passes/emit_offload.h"
+#include "passes/functionalize_rng.h"
 #include "passes/min_cut_partition.h"
 #include "passes/raise_getitems.h"
 #include "passes/reorder_backward.h"
@@ -27,6 +29,11 @@ bool WantsPeakBudget(const MinCutOptions& options) {
 }
 
 namespace {
+
+// A value a checkpoint tag asks to recompute and that may be: every candidate
+// recomputes it. A random op qualifies only where its draw is replayed (Note
+// [Replaying random ops]); otherwise it is a forced save.
+bool TaggedRecompute(const Node& n) { return MustRecompute(n) && !RandomOpMustBeSaved(n); }
 
 int64_t ProductOf(const TensorFacts& t, size_t from, size_t to) {
   int64_t n = 1;
@@ -158,8 +165,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Evaluation {
   int64_t peak = 0;
-  double cost = 0;
+  double cost = 0;  // recompute cost, plus the transfers' (Note [Offload in the budget])
   int64_t saved_bytes = 0;
+  int64_t offloaded_bytes = 0;
 };
 
 class BudgetSolver {
@@ -168,6 +176,14 @@ class BudgetSolver {
 
   Status Prepare() {
     FXREMAT_ASSIGN_OR_RETURN(c_, ClassifyJoint(g_));
+    // Note [Offload in the budget]: only a step on an accelerator has a host to
+    // offload to.
+    bool on_accelerator = false;
+    for (const auto& up : g_.nodes())
+      on_accelerator = on_accelerator || (up->val().is_tensor() && up->val().tensor.device != "cpu");
+    if (options_.offload_bandwidth_gbps > 0 && on_accelerator)
+      offload_cost_per_byte_ = 2.0 * options_.recompute_flops_per_byte * options_.device_memory_bandwidth_gbps /
+                               options_.offload_bandwidth_gbps;
     const size_t n = g_.size();
     pos_.assign(n, -1);
     is_forward_.assign(n, false);
@@ -224,7 +240,7 @@ class BudgetSolver {
       if (!node->isCallFunction() || c_.in_tangents_closure[node->index()]) continue;
       if (!node->val().is_tensor() && !node->val().is_sym()) continue;
       const Node* tuple = node->isGetItem() && node->args()[0].is_node() ? node->args()[0].node : nullptr;
-      const bool forced = IsRandomOp(*node) || (tuple && IsRandomOp(*tuple)) || !node->meta().reads_mutated.empty() ||
+      const bool forced = RandomOpMustBeSaved(*node) || !node->meta().reads_mutated.empty() ||
                           (tuple && !tuple->meta().reads_mutated.empty()) || MustBeInForward(*node) ||
                           (tuple && MustBeInForward(*tuple)) || node->meta().recompute == "MUST_SAVE";
       if (forced) is_forced_[node->index()] = true;
@@ -258,7 +274,7 @@ class BudgetSolver {
         continue;
       }
       if (!node->val().is_tensor()) continue;  // symints are recomputed from what is saved
-      if (MustRecompute(*node)) {
+      if (TaggedRecompute(*node)) {
         for (const Node* i : node->inputs()) stack.push_back(i);
         continue;
       }
@@ -279,7 +295,7 @@ class BudgetSolver {
   // A value a search move may save or stop saving: a tensor the forward
   // computes, not MUST_RECOMPUTE, and not a view of an input (those are free).
   bool Saveable(const Node& n) const {
-    return n.isCallFunction() && !c_.in_tangents_closure[n.index()] && n.val().is_tensor() && !MustRecompute(n) &&
+    return n.isCallFunction() && !c_.in_tangents_closure[n.index()] && n.val().is_tensor() && !TaggedRecompute(n) &&
            root_[n.index()] && !root_[n.index()]->isPlaceholder();
   }
 
@@ -291,28 +307,42 @@ class BudgetSolver {
   }
 
   // Extraction in the pipeline's form, then the peak model and the cost.
-  Expected<Evaluation> Evaluate(const std::vector<Node*>& saved) {
+  Expected<Evaluation> Evaluate(const std::vector<Node*>& saved, const std::vector<Node*>& offloaded = {}) {
     // The front's budget points revisit the same saved sets (the same binary
     // searches from the same candidates): each set is emitted once.
-    std::string key(g_.size() / 8 + 1, '\0');
+    const size_t bits = g_.size() / 8 + 1;
+    std::string key(offloaded.empty() ? bits : 2 * bits, '\0');
     for (const Node* n : saved) key[n->index() / 8] = static_cast<char>(key[n->index() / 8] | (1 << (n->index() % 8)));
+    for (const Node* n : offloaded)
+      key[bits + n->index() / 8] = static_cast<char>(key[bits + n->index() / 8] | (1 << (n->index() % 8)));
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
     ++evaluations_;
-    FXREMAT_ASSIGN_OR_RETURN(Partition p, Emit(saved));
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, Emit(saved, offloaded));
     FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p, options_.peak_model));
     Evaluation ev;
     ev.peak = e.peak_bytes;
     ev.saved_bytes = p.signature.savedBytes();
-    ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte);
+    ev.offloaded_bytes = p.signature.offloadedBytes();
+    ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte) +
+              offload_cost_per_byte_ * static_cast<double>(ev.offloaded_bytes);
     cache_.emplace(std::move(key), ev);
     return ev;
   }
 
-  Expected<Partition> Emit(const std::vector<Node*>& saved) const {
+  // The partition as the pipeline emits it: extraction, the random ops'
+  // replay, the autograd-engine order, getitems raised, then the transfers of
+  // the `offloaded` saved values (they must be saved).
+  Expected<Partition> Emit(const std::vector<Node*>& saved, const std::vector<Node*>& offloaded = {}) const {
     FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g_, saved, "mincut"));
+    FXREMAT_RETURN_IF_ERROR(FunctionalizeRng(p).status());  // the saved RNG states count (Note [Replaying random ops])
     FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
     FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.forward).status());
     FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.backward).status());
+    if (!offloaded.empty()) {
+      for (SavedValue& v : p.signature.saved)
+        for (const Node* n : offloaded) v.offloaded = v.offloaded || v.name == n->name();
+      FXREMAT_RETURN_IF_ERROR(EmitOffload(p, OffloadTarget::kTorch).status());
+    }
     return p;
   }
 
@@ -355,6 +385,7 @@ class BudgetSolver {
     std::vector<Node*> saved;
     Evaluation ev;
     std::string label;
+    std::vector<Node*> offloaded;  // among `saved` (Note [Offload in the budget])
   };
 
   // Step 3: the min cut, "only the inputs" and the segmentations.
@@ -377,7 +408,7 @@ class BudgetSolver {
           if (i->isCallFunction() && !c_.in_tangents_closure[i->index()]) in[i->index()] = true;
     for (const auto& up : g_.nodes()) {
       const Node* n = up.get();
-      if (!in[n->index()] || !n->val().is_tensor() || MustRecompute(*n)) continue;
+      if (!in[n->index()] || !n->val().is_tensor() || TaggedRecompute(*n)) continue;
       if (!root_[n->index()] || root_[n->index()]->isPlaceholder()) continue;
       pool_.push_back(up.get());
     }
@@ -418,7 +449,7 @@ class BudgetSolver {
           if (!c_.in_tangents_closure[i->index()]) all[i->index()] = true;
     std::vector<Node*> saved;
     for (Node* n : Collect(all))
-      if (!MustRecompute(*n) && n->val().kind != ValueFacts::Kind::kTuple) saved.push_back(n);
+      if (!TaggedRecompute(*n) && n->val().kind != ValueFacts::Kind::kTuple) saved.push_back(n);
     return saved;
   }
 
@@ -445,6 +476,10 @@ class BudgetSolver {
     std::vector<const Candidate*> feasible;
     for (const Candidate& c : candidates_)
       if (c.ev.peak <= target) feasible.push_back(&c);
+    if (feasible.empty()) {
+      FXREMAT_ASSIGN_OR_RETURN(std::optional<Candidate> offloading, OffloadCandidate(target, std::nullopt));
+      if (offloading) return std::move(*offloading);
+    }
     if (feasible.empty())
       return Status::BadInput(fmt::format("memory budget {} B is below the smallest peak fxremat reaches on this graph, "
                                           "{} B above the inputs (the min cut's: {} B)",
@@ -485,7 +520,7 @@ class BudgetSolver {
       const std::vector<bool>& forced = is_forced_;
       std::vector<Node*> droppable;
       for (Node* n : min_cut_.saved)
-        if (n->isCallFunction() && !forced[n->index()] && !MustRecompute(*n) && n->val().is_tensor()) droppable.push_back(n);
+        if (n->isCallFunction() && !forced[n->index()] && !TaggedRecompute(*n) && n->val().is_tensor()) droppable.push_back(n);
       std::stable_sort(droppable.begin(), droppable.end(), [&](const Node* a, const Node* b) {
         auto ratio = [&](const Node* n) {
           return static_cast<double>(StorageBytesOf(*n)) / (1.0 + RecomputeCost(*n, options_.recompute_flops_per_byte));
@@ -513,9 +548,62 @@ class BudgetSolver {
     }
     FXREMAT_ASSIGN_OR_RETURN(std::optional<Candidate> exact, MilpCandidate(target));
     FXREMAT_ASSIGN_OR_RETURN(Candidate improved, Improve(std::move(best), target));
-    if (!exact) return improved;
-    FXREMAT_ASSIGN_OR_RETURN(Candidate from_exact, Improve(std::move(*exact), target));
-    return from_exact.ev.cost < improved.ev.cost ? from_exact : improved;
+    if (exact) {
+      FXREMAT_ASSIGN_OR_RETURN(Candidate from_exact, Improve(std::move(*exact), target));
+      if (from_exact.ev.cost < improved.ev.cost) improved = std::move(from_exact);
+    }
+    FXREMAT_ASSIGN_OR_RETURN(std::optional<Candidate> offloading, OffloadCandidate(target, improved.ev.cost));
+    if (offloading && offloading->ev.cost < improved.ev.cost) return std::move(*offloading);
+    return improved;
+  }
+
+  // Note [Offload in the budget]
+  // With offload_bandwidth_gbps set and the step on an accelerator, offloading
+  // is the third choice: a saved value copied to host after its last forward
+  // use and reloaded before its first backward use (passes/emit_offload.h)
+  // leaves the device for that interval. It costs its bytes times
+  // offload_cost_per_byte_: the transfers there and back at
+  // offload_bandwidth_gbps, in the recompute cost's unit (flops-equivalent: a
+  // byte moved in device memory costs recompute_flops_per_byte, at
+  // device_memory_bandwidth_gbps), priced in full because the emitted transfers
+  // are synchronous. From the cheapest candidates (cheaper than `bound`), it
+  // offloads the largest saved values first -- the fewest that bring the peak
+  // within the target, by binary search (offloading more never raises the
+  // device peak) -- and returns the cheapest such partition, if any.
+  Expected<std::optional<Candidate>> OffloadCandidate(int64_t target, std::optional<double> bound) {
+    std::optional<Candidate> best;
+    if (offload_cost_per_byte_ <= 0) return best;
+    std::vector<const Candidate*> bases;
+    for (const Candidate& c : candidates_)
+      if (!bound || c.ev.cost < *bound) bases.push_back(&c);
+    std::stable_sort(bases.begin(), bases.end(),
+                     [](const Candidate* a, const Candidate* b) { return a->ev.cost < b->ev.cost; });
+    constexpr size_t kBases = 4;
+    for (size_t b = 0; b < bases.size() && b < kBases; ++b) {
+      const Candidate& base = *bases[b];
+      std::vector<Node*> movable;
+      for (Node* n : base.saved)
+        if (n->isCallFunction() && n->val().is_tensor() && root_[n->index()] == n && StorageBytesOf(*n) > 0 &&
+            n->val().tensor.device != "cpu")
+          movable.push_back(n);
+      std::stable_sort(movable.begin(), movable.end(),
+                       [&](const Node* x, const Node* y) { return StorageBytesOf(*x) > StorageBytesOf(*y); });
+      size_t lo = 1, hi = movable.size();
+      std::optional<Candidate> found;
+      while (lo <= hi && hi > 0) {
+        const size_t mid = lo + (hi - lo) / 2;
+        std::vector<Node*> offloaded(movable.begin(), movable.begin() + static_cast<std::ptrdiff_t>(mid));
+        FXREMAT_ASSIGN_OR_RETURN(Evaluation ev, Evaluate(base.saved, offloaded));
+        if (ev.peak <= target) {
+          found = Candidate{base.saved, ev, fmt::format("{} + offload of {} value(s)", base.label, mid), offloaded};
+          hi = mid - 1;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      if (found && (!best || found->ev.cost < best->ev.cost)) best = std::move(found);
+    }
+    return best;
   }
 
   // Note [Budget MILP]: its choice, emitted and simulated; when the simulator
@@ -752,7 +840,7 @@ class BudgetSolver {
       const size_t i = r->index();
       const bool in_forward = is_forward_[op_of(r)->index()];  // a tuple item: its op runs in the forward
       const bool forced = in_forward && (is_forced_[i] || is_forced_[op_of(r)->index()]);
-      const bool can_save = in_forward && !MustRecompute(*r);
+      const bool can_save = in_forward && !TaggedRecompute(*r);
       s_var[i] = add_var(fmt::format("s:{}", r->name()), 0.0, forced ? 1.0 : 0.0, can_save ? 1.0 : 0.0);
       m.save_variables.push_back(s_var[i]);
       m.save_names.push_back(r->name());
@@ -881,6 +969,7 @@ class BudgetSolver {
   std::vector<Node*> pool_, movable_;
   std::unordered_map<std::string, Evaluation> cache_;
   int64_t evaluations_ = 0;
+  double offload_cost_per_byte_ = 0;  // 0: offload is not a choice (Note [Offload in the budget])
 };
 
 }  // namespace
@@ -893,6 +982,8 @@ Expected<BudgetSolution> SolvePeakBudget(const Graph& prepared, const MinCutOpti
   FXREMAT_ASSIGN_OR_RETURN(auto chosen, solver.Choose(target));
   BudgetSolution s;
   s.saved_values = chosen.saved;
+  s.offloaded_values = chosen.offloaded;
+  s.offloaded_bytes = chosen.ev.offloaded_bytes;
   s.budget_bytes = target;
   s.peak_bytes = chosen.ev.peak;
   s.smallest_peak_bytes = solver.SmallestPeak();

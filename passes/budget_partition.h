@@ -15,8 +15,10 @@
 //   2. for a range of segment sizes T, picks by dynamic programming the
 //      checkpoints with the fewest frontier bytes such that no segment between
 //      two of them allocates more than T; the saved set is the union of their
-//      frontiers (plus what may never be recomputed: random ops, values that
-//      read mutated inputs, MUST_SAVE);
+//      frontiers (plus what may never be recomputed: random ops no tag asks
+//      to recompute or whose draw cannot be replayed, values that read mutated
+//      inputs, MUST_SAVE; a tagged random op that is recomputed replays its
+//      draw, and the saved RNG state counts: Note [Replaying random ops]);
 //   3. adds the min cut's solution and "only the inputs" to the candidates,
 //      emits each (extraction and the autograd-engine order, exactly what the
 //      pipeline emits) and simulates its peak and its recompute cost (the ops
@@ -27,7 +29,10 @@
 //      simulated peak stays within the budget; drops saved values from the min
 //      cut likewise; searches locally (single and pair moves);
 //   5. when budget_milp_max_variables allows, solves Note [Budget MILP] with
-//      CBC and searches locally from its saved set too; the cheaper wins.
+//      CBC and searches locally from its saved set too; the cheaper wins;
+//   6. when offload_bandwidth_gbps is set and the step runs on an accelerator,
+//      offloads saved values to host where that is cheaper than recomputing
+//      (Note [Offload in the budget] in budget_partition.cpp).
 // The budget is memory_budget_bytes, or smallest + activation_memory_budget *
 // (min cut - smallest), where smallest is the lowest peak among the
 // candidates. A budget below the smallest peak is a bad-input error that
@@ -50,6 +55,10 @@ namespace fxremat {
 
 struct BudgetSolution {
   std::vector<Node*> saved_values;  // joint-graph nodes, in graph order
+  // The saved values to offload to host (Note [Offload in the budget] in
+  // budget_partition.cpp); empty unless offload_bandwidth_gbps is set.
+  std::vector<Node*> offloaded_values;
+  int64_t offloaded_bytes = 0;
   int64_t budget_bytes = 0;         // the bound applied
   int64_t peak_bytes = 0;           // the chosen partition's simulated peak
   int64_t smallest_peak_bytes = 0;  // the lowest peak among the candidates
@@ -87,8 +96,9 @@ Expected<std::vector<FrontPoint>> ExhaustiveFront(const Graph& prepared, const M
 // the backward. The time steps are the backward ops that read a forward value
 // ("use points", taken from the nothing-recomputed partition). Per allocating
 // forward value v (its storage: views are free and share it):
-//   s_v      saved by the forward (forced to 1 for random ops / values that
-//            read mutated inputs / MUST_SAVE, to 0 for MUST_RECOMPUTE);
+//   s_v      saved by the forward (forced to 1 for untagged or unreplayable
+//            random ops / values that read mutated inputs / MUST_SAVE, to 0
+//            for MUST_RECOMPUTE);
 //   a_{v,k}  resident at use point k;  r_{v,k}  recomputed just before it.
 // Constraints: a_{v,k} <= a_{v,k-1} + r_{v,k} (a_{v,0} = s_v); what op k reads
 // is resident; a recompute's inputs are resident at its point; at each use

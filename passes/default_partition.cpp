@@ -100,11 +100,10 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
     }
     // Note [Mutated inputs]: a value that reads overwritten data is saved even
     // when tagged for recompute (CheckMutationDemands refused MUST_RECOMPUTE).
-    // A random op (or one of its results) is saved even when a checkpoint region
-    // tags it for recompute: replaying it would draw new numbers, and fxremat
-    // does not replay RNG state (Note [Policy demands in the cut]).
-    const bool random = IsRandomOp(*n) || (n->isGetItem() && !n->inputs().empty() && IsRandomOp(*n->inputs()[0]));
-    if (!MustRecompute(*n) || !n->meta().reads_mutated.empty() || random) add_unique(saved_values, n);
+    // A random op (or one of its results) tagged for recompute is recomputed
+    // only where its draw can be replayed (Note [Replaying random ops] in
+    // passes/functionalize_rng.h); otherwise it is saved.
+    if (!MustRecompute(*n) || !n->meta().reads_mutated.empty() || RandomOpMustBeSaved(*n)) add_unique(saved_values, n);
   }
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(),
                                   [](Node* n) { return IsAssertOnlySymBool(*n); }),

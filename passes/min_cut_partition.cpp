@@ -19,8 +19,10 @@
 //   MUST_RECOMPUTE      X_in -> sink (infinite), as the reference does.
 //   PREFER_RECOMPUTE    the save edge costs prefer_recompute_factor times its
 //                       usual weight, and no heuristic bans X (the reference's
-//                       must_recompute also skips them); a random op is still
-//                       banned, so it is saved rather than replayed. The
+//                       must_recompute also skips them); a random op is
+//                       banned only where its draw cannot be replayed (Note
+//                       [Replaying random ops] in functionalize_rng.h), so it
+//                       is saved rather than recomputed with new numbers. The
 //                       reference treats PREFER_RECOMPUTE as MUST_RECOMPUTE.
 //   MUST_SAVE           banned from recomputation (source -> X_in, infinite).
 //   MUST_CPU_OFFLOAD    as MUST_SAVE; saved values are then offloaded.
@@ -322,8 +324,8 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
                               /*forced=*/true);
   if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input", /*forced=*/true);
   else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed", /*forced=*/true);
-  if (prefer_recompute && IsRandomOp(node))
-    BanRecomputationIfAllowed(node, "random op: replaying it would draw different numbers", /*forced=*/true);
+  if (prefer_recompute && IsRandomOp(node) && !RandomOpReplayable(node))
+    BanRecomputationIfAllowed(node, "random op whose draw cannot be replayed on its device", /*forced=*/true);
   if (RequiredFw(node) && !prefer_recompute)
     if (const char* reason = ShouldBanRecomputation(node)) BanRecomputationIfAllowed(node, reason);
 
@@ -544,6 +546,16 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
     options.activation_memory_budget = v;
     return Status::Ok();
   }
+  if (name == "offload_bandwidth_gbps" || name == "device_memory_bandwidth_gbps") {
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    const bool zero_allowed = name == "offload_bandwidth_gbps";
+    if (value.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (v == 0 && !zero_allowed))
+      return Status::BadInput(fmt::format("option {} takes a {} number of GB/s, not '{}'", name,
+                                          zero_allowed ? "non-negative" : "positive", value));
+    (name == "offload_bandwidth_gbps" ? options.offload_bandwidth_gbps : options.device_memory_bandwidth_gbps) = v;
+    return Status::Ok();
+  }
   if (name == "budget_milp_max_variables" || name == "budget_milp_max_nodes") {
     char* end = nullptr;
     errno = 0;
@@ -736,6 +748,8 @@ Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_
     FXREMAT_ASSIGN_OR_RETURN(BudgetSolution budget, SolvePeakBudget(g, options));
     FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, budget.saved_values, "mincut"));
     MarkOffloaded(p);
+    for (SavedValue& v : p.signature.saved)  // Note [Offload in the budget]
+      for (const Node* n : budget.offloaded_values) v.offloaded = v.offloaded || v.name == n->name();
     // Note [Saved-value rules]: the solver's own rule; the pipeline puts the
     // rules that take precedence (inputs, policies, forced saves) over it.
     for (SavedValue& v : p.signature.saved) v.rule = "budget: " + budget.label;

@@ -10,6 +10,7 @@
 #include "passes/emit_offload.h"
 #include "passes/fold_annotations.h"
 #include "passes/force_saves.h"
+#include "passes/functionalize_rng.h"
 #include "passes/insert_barriers.h"
 #include "passes/protect_mutations.h"
 #include "passes/raise_getitems.h"
@@ -58,6 +59,8 @@ const std::vector<GraphPass>& GraphPasses() {
 
 const std::vector<PartitionPass>& PartitionPasses() {
   static const std::vector<PartitionPass> kPasses = {
+      {"functionalize-rng", "random ops recomputed in the backward replay the forward's draw (saved RNG state)",
+       [](Partition& p, const PassOptions&) { return FunctionalizeRng(p); }},
       {"emit-offload", "offloaded values copied to host after their last forward use, reloaded before the backward's",
        [](Partition& p, const PassOptions& o) { return EmitOffload(p, o.offload_target); }},
       {"insert-barriers", "inputs of recomputed regions pass an optimization barrier (xla)",

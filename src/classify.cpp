@@ -64,6 +64,32 @@ bool IsRandomOp(const Node& n) {
   return info && info->hasTag("nondeterministic_seeded") && !DrawsNoRandomNumbers(n, *info);
 }
 
+std::string RandomOpDevice(const Node& n) {
+  const ValueFacts* tensor = nullptr;
+  std::vector<const ValueFacts*> stack = {&n.val()};
+  while (!stack.empty() && !tensor) {
+    const ValueFacts* v = stack.back();
+    stack.pop_back();
+    if (v->is_tensor()) tensor = v;
+    for (auto it = v->items.rbegin(); it != v->items.rend(); ++it) stack.push_back(&*it);
+  }
+  if (!tensor) return "";
+  const std::string& device = tensor->tensor.device;
+  return device.substr(0, device.find(':'));
+}
+
+bool RandomOpReplayable(const Node& n) {
+  if (!IsRandomOp(n)) return false;
+  const std::string device = RandomOpDevice(n);
+  return device == "cpu" || device == "cuda";
+}
+
+bool RandomOpMustBeSaved(const Node& n) {
+  const Node* op = n.isGetItem() && !n.inputs().empty() ? n.inputs()[0] : &n;
+  if (!IsRandomOp(*op)) return false;
+  return !MustRecompute(*op) || !RandomOpReplayable(*op);
+}
+
 bool IsViewOp(const Node& n) {
   const OpInfo* info = n.isCallFunction() ? n.opInfo() : nullptr;
   return info && info->hasSchema() && info->schema.returnsAlias() && !info->schema.isMutable();
@@ -80,14 +106,13 @@ Expected<bool> HasRecomputableOps(const Graph& graph) {
   for (const auto& up : graph.nodes()) {
     if (!MustRecompute(*up)) continue;
     found = true;
-    const OpInfo* info = up->opInfo();
     // PREFER_RECOMPUTE on a random op is a weight, not a demand: the min cut
-    // saves it (Note [Policy demands in the cut]).
-    if (up->meta().recompute == "MUST_RECOMPUTE" && info && info->hasTag("nondeterministic_seeded"))
+    // saves one it cannot replay (Note [Policy demands in the cut]).
+    if (up->meta().recompute == "MUST_RECOMPUTE" && IsRandomOp(*up) && !RandomOpReplayable(*up))
       return Status::BadInput(
           fmt::format("the random op {} is marked {}: recomputing it in the backward would draw different random "
-                      "numbers, and RNG functionalization is not supported yet",
-                      up->target(), up->meta().recompute),
+                      "numbers, and its device ('{}') has no generator state fxremat can replay (cpu, cuda)",
+                      up->target(), up->meta().recompute, RandomOpDevice(*up)),
           fmt::format("node '{}'", up->name()));
   }
   return found;

@@ -21,12 +21,23 @@ bool MustRecompute(const Node& n);
 // A SymBool whose only users are aten._assert_scalar: never needed by the backward.
 bool IsAssertOnlySymBool(const Node& n);
 // Whether any node must be recomputed; an error naming the node if that node is
-// a random op (recomputing it would draw new numbers: RNG functionalization is
-// not supported).
+// a random op marked MUST_RECOMPUTE that cannot be replayed
+// (RandomOpReplayable).
 Expected<bool> HasRecomputableOps(const Graph& graph);
 // A random op (the reference's native_dropout / rand_like / randn_like, or any op
-// tagged nondeterministic_seeded): replaying it would draw different numbers.
+// tagged nondeterministic_seeded): recomputing it plainly would draw different
+// numbers.
 bool IsRandomOp(const Node& n);
+// The device of a node's first tensor value ("cpu", "cuda", without an index),
+// or "" when it has none.
+std::string RandomOpDevice(const Node& n);
+// A random op whose draw the backward can replay exactly: its device's generator
+// state is one torch's run_and_save_rng_state / run_with_rng_state read and set
+// (cpu, cuda). Note [Replaying random ops] in passes/functionalize_rng.h.
+bool RandomOpReplayable(const Node& n);
+// A random op (or a getitem of one) that must be saved rather than recomputed:
+// not tagged MUST_/PREFER_RECOMPUTE, or not replayable.
+bool RandomOpMustBeSaved(const Node& n);
 // A view op: its result aliases an input (schema `Tensor(a)` return, not `Tensor(a!)`).
 bool IsViewOp(const Node& n);
 // Ops with side effects (a mutable schema): never dropped as dead code.

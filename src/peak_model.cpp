@@ -172,14 +172,42 @@ class GraphRun {
 
   StorageIds& ids(const Node* n) { return ids_[n->index()]; }
 
+  // How many storage slots a value takes: a tuple its leaves', anything else one.
+  static size_t Leaves(const ValueFacts& v) {
+    if (v.kind != ValueFacts::Kind::kTuple) return 1;
+    size_t count = 0;
+    for (const ValueFacts& item : v.items) count += Leaves(item);
+    return count;
+  }
+
+  void NewLeaves(const ValueFacts& v, StorageIds& out) {
+    if (v.kind == ValueFacts::Kind::kTuple) {
+      for (const ValueFacts& item : v.items) NewLeaves(item, out);
+      return;
+    }
+    out.push_back(v.is_tensor() ? sim_.NewStorage(v.tensor, true) : -1);
+  }
+
   // The storages of n's result: aliases where the schema (or getitem) says so,
   // fresh storages otherwise.
   StorageIds ResultStorages(const Node& n) {
     const ValueFacts& v = n.val();
     if (n.isGetItem()) {
       if (n.args().size() >= 2 && n.args()[0].is_node() && n.args()[1].kind == Argument::Kind::kInt) {
-        const StorageIds& from = ids(n.args()[0].node);
-        int64_t i = n.args()[1].int_value;
+        // A tuple's storages are its leaves, flattened (a nested tuple, as
+        // run_and_save_rng_state's (state, (result...)), takes several).
+        const Node* tuple = n.args()[0].node;
+        const StorageIds& from = ids(tuple);
+        const int64_t i = n.args()[1].int_value;
+        const std::vector<ValueFacts>& items = tuple->val().items;
+        if (tuple->val().kind == ValueFacts::Kind::kTuple && i >= 0 && static_cast<size_t>(i) < items.size()) {
+          size_t first = 0;
+          for (int64_t k = 0; k < i; ++k) first += Leaves(items[static_cast<size_t>(k)]);
+          const size_t count = Leaves(items[static_cast<size_t>(i)]);
+          if (first + count <= from.size())
+            return StorageIds(from.begin() + static_cast<std::ptrdiff_t>(first),
+                              from.begin() + static_cast<std::ptrdiff_t>(first + count));
+        }
         if (i >= 0 && static_cast<size_t>(i) < from.size()) return {from[static_cast<size_t>(i)]};
       }
       return {};
@@ -223,13 +251,20 @@ class GraphRun {
       return {sim_.NewStorage(v.tensor, true)};
     }
     if (v.kind == ValueFacts::Kind::kTuple) {
-      StorageIds out(v.items.size(), -1);
+      StorageIds out;
       for (size_t i = 0; i < v.items.size(); ++i) {
-        if (!v.items[i].is_tensor()) continue;
+        if (v.items[i].kind == ValueFacts::Kind::kTuple) {  // a nested tuple: fresh leaves
+          NewLeaves(v.items[i], out);
+          continue;
+        }
+        if (!v.items[i].is_tensor()) {
+          out.push_back(-1);
+          continue;
+        }
         const StorageIds* base = nullptr;
         if (has_schema && info->schema.returns.size() == 1) base = alias_of(info->schema.returns[0]);  // Tensor(a)[]
         else if (has_schema && i < info->schema.returns.size()) base = alias_of(info->schema.returns[i]);
-        out[i] = base && base->size() == 1 ? (*base)[0] : sim_.NewStorage(v.items[i].tensor, true);
+        out.push_back(base && base->size() == 1 ? (*base)[0] : sim_.NewStorage(v.items[i].tensor, true));
       }
       return out;
     }

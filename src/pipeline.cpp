@@ -77,15 +77,35 @@ Expected<std::unique_ptr<Graph>> FoldAnnotationsIfAny(const Graph& joint, const 
   return folded;
 }
 
+// Whether a saved random op's value was saved because fxremat would not
+// recompute it (untagged, or its draw cannot be replayed), rather than by the
+// partitioner's choice between saving and replaying it (Note [Replaying random
+// ops] in passes/functionalize_rng.h).
+// A tag asking to recompute it that is not honoured is reported, by op.
+bool RandomOpSavedAsDrawn(Partition& p, const Node& op, const SavedValue& v) {
+  if (v.decision.find("RECOMPUTE") == std::string::npos) return true;
+  if (RandomOpReplayable(op)) return false;  // the partitioner chose to save it (a PREFER_RECOMPUTE weight)
+  p.signature.notes.push_back(fmt::format(
+      "'{}' ({}) is tagged {} but is saved: its device ('{}') has no generator state fxremat can replay (cpu, "
+      "cuda); the saved value keeps the gradients exact, at {} bytes",
+      v.name, op.target(), v.decision, RandomOpDevice(op), v.bytes));
+  return true;
+}
+
+
 // Note [Saved-value rules]
 // Every saved value carries the rule that decided it (SavedValue::rule; the
 // residual report prints it, the signature stores it). In order of precedence:
 //   "input"                          a primal: the backward may always read it;
 //   "policy <DECISION>"              a policy or tag that saves or offloads it;
-//   "random op (never replayed)"     its op draws random numbers;
+//   "random op (never replayed)"     its op draws random numbers and fxremat
+//                                    would not replay it (RandomOpSavedAsDrawn);
 //   "reads a mutated input"          Note [Mutated inputs];
 //   "must be in the forward"         the op may not run in the backward;
 //   "forward output"                 the caller holds it anyway;
+//   "RNG state of <op>"              the generator state a replayed random op
+//                                    draws from (set by functionalize-rng,
+//                                    after this function);
 // otherwise the partitioner's own choice: "min cut", "default partition" (what
 // the backward reads of the forward), or "budget: <candidate>" (the peak-budget
 // solver's winning candidate, e.g. "segments of <= 4096 B + local search",
@@ -103,22 +123,10 @@ void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& part
     if (n && n->isPlaceholder()) v.rule = "input";
     else if (v.decision.find("SAVE") != std::string::npos || v.decision.find("OFFLOAD") != std::string::npos)
       v.rule = "policy " + v.decision;  // a PREFER_RECOMPUTE value saved anyway is the partitioner's choice
-    else if (any([](const Node& x) { return IsRandomOp(x); })) {
+    else if (const Node* op = tuple && IsRandomOp(*tuple) ? tuple : (n && IsRandomOp(*n) ? n : nullptr);
+             op && RandomOpSavedAsDrawn(p, *op, v)) {
       v.rule = "random op (never replayed)";
-      // Note [Saved-value rules]: a random op the user asked to recompute is
-      // saved all the same (fxremat does not replay random ops: that needs the
-      // RNG state as a graph value, torch.compile's graph-safe RNG around
-      // checkpointed regions, which is a higher-order op it does not read yet).
-      // The gradients stay exact; the user is told, by op.
-      if (v.decision.find("RECOMPUTE") != std::string::npos) {
-        const Node* op = tuple ? tuple : n;
-        p.signature.notes.push_back(fmt::format(
-            "'{}' ({}) is tagged {} but is saved: fxremat never replays a random op (the graph does not carry "
-            "its RNG state); the saved value keeps the gradients exact, at {} bytes",
-            v.name, op ? op->target() : std::string("?"), v.decision, v.bytes));
-      }
-    }
-    else if (any([](const Node& x) { return !x.meta().reads_mutated.empty(); })) v.rule = "reads a mutated input";
+    } else if (any([](const Node& x) { return !x.meta().reads_mutated.empty(); })) v.rule = "reads a mutated input";
     else if (any([](const Node& x) { return MustBeInForward(x); })) v.rule = "must be in the forward";
     else if (n && is_forward_output[n->index()]) v.rule = "forward output";
     else v.rule = own;
@@ -161,6 +169,9 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   if (request.partitioner == "default" && request.mincut.policy)
     return Status::BadInput("a policy needs the mincut partitioner: the default partition saves what the forward "
                             "computes and the backward uses, with no choice to constrain");
+  if (request.mincut.offload_bandwidth_gbps > 0 && request.offload_target != OffloadTarget::kTorch)
+    return Status::BadInput("offload_bandwidth_gbps lets the budget solver offload with the torch target's transfers "
+                            "(prims.device_put); it cannot be combined with --offload-target xla");
   if (request.barrier && request.offload_target != OffloadTarget::kXla)
     return Status::BadInput("--barrier inserts xla::optimization_barrier and needs the xla target (--offload-target xla)");
 
@@ -198,15 +209,16 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   // mimics the autograd engine in the backward, the default partition when
   // checkpoint tags made it recompute; getitems follow their producers.
   FXREMAT_ASSIGN_OR_RETURN(bool has_recompute_tags, HasRecomputableOps(*g));
-  // 3. and 4.
+  // 3., 4. and 5.
+  FXREMAT_RETURN_IF_ERROR(RunPartitionPass("functionalize-rng", p, pass_options).status());
   if (request.partitioner == "mincut" || has_recompute_tags)
     FXREMAT_RETURN_IF_ERROR(RunGraphPass("reorder-backward", *p.backward, pass_options).status());
   FXREMAT_RETURN_IF_ERROR(RunGraphPass("raise-getitems", *p.forward, pass_options).status());
   FXREMAT_RETURN_IF_ERROR(RunGraphPass("raise-getitems", *p.backward, pass_options).status());
-  // 5. and 6.
+  // 6. and 7.
   FXREMAT_RETURN_IF_ERROR(RunPartitionPass("emit-offload", p, pass_options).status());
   if (request.barrier) FXREMAT_RETURN_IF_ERROR(RunPartitionPass("insert-barriers", p, pass_options).status());
-  // 7. What the step's peak will be (Note [Peak model]).
+  // 8. What the step's peak will be (Note [Peak model]).
   FXREMAT_ASSIGN_OR_RETURN(PeakEstimate peak, SimulatePeak(p, request.mincut.peak_model));
   PeakSummary summary;
   if (p.signature.peak) summary.budget_bytes = p.signature.peak->budget_bytes;

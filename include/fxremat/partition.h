@@ -41,7 +41,7 @@ struct SavedValue {
   std::vector<std::string> names;         // every name given by naming ops, in order
   std::string decision;                   // policy/tag decision that applied ("PREFER_SAVE"), "" if none
   // Why it is saved, in words (Note [Saved-value rules] in src/pipeline.cpp):
-  // "input", "policy MUST_SAVE", "random op (never replayed)", "min cut",
+  // "input", "policy MUST_SAVE", "random op (never replayed)", "RNG state of d", "min cut",
   // "budget: segments of <= 4096 B + local search", ...; "" when unknown.
   std::string rule;
   // Saved in host memory: the forward copies it to host, the backward reloads it

@@ -81,6 +81,14 @@ struct MinCutOptions {
   // 25 s instead of 0.5 s (docs/benchmarks_budget_milp.md).
   int64_t budget_milp_max_variables = 0;
   int64_t budget_milp_max_nodes = 100;
+  // Note [Offload in the budget] (passes/budget_partition.cpp): with a peak
+  // budget on an accelerator, the solver may offload saved values to host at
+  // this host-link bandwidth (GB/s; 0, the default: never). A byte offloaded
+  // costs, there and back, 2 * recompute_flops_per_byte *
+  // device_memory_bandwidth_gbps / offload_bandwidth_gbps flops-equivalent
+  // (defaults: an H100's 3,350 GB/s of HBM; PCIe 5 x16 gives about 50 GB/s).
+  double offload_bandwidth_gbps = 0;
+  double device_memory_bandwidth_gbps = 3350;
   // Indices (among primals) of static-lifetime inputs. Unset: the primals whose
   // pytree path starts with params[ or buffers[, which is what torch.compile
   // passes for an nn.Module's parameters and buffers.

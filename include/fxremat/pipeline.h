@@ -17,11 +17,13 @@
 //                               solve, extraction with the saved values'
 //                               order (passes/order_saved_values.h);
 //                               "default": the reference's default partition
-//    3. reorder-backward        the backward in the autograd engine's order
+//    3. functionalize-rng       random ops recomputed in the backward replay
+//                               the forward's draw (Note [Replaying random ops])
+//    4. reorder-backward        the backward in the autograd engine's order
 //                               (mincut; default only with checkpoint tags)
-//    4. raise-getitems          both graphs: getitems after their producers
-//    5. emit-offload            offloaded values to host and back (torch, xla)
-//    6. insert-barriers         xla target with `barrier`: optimization barriers
+//    5. raise-getitems          both graphs: getitems after their producers
+//    6. emit-offload            offloaded values to host and back (torch, xla)
+//    7. insert-barriers         xla target with `barrier`: optimization barriers
 //                               before recomputed regions
 // The CLI, the Python extension and partition_fn all run exactly this, so they
 // emit the same graphs.

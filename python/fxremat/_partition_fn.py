@@ -59,8 +59,8 @@ PARTITIONERS = ("mincut", "default")
 # The min-cut knobs the C++ library takes, by their torch._functorch.config names
 # (passes/min_cut_partition.h, SetMinCutOption), plus fxremat's own max_flow and the
 # peak budget's memory_budget_bytes, budget_objective, recompute_flops_per_byte,
-# budget_milp_max_variables, budget_milp_max_nodes, peak_model (Note [Peak budget],
-# docs/budget.md).
+# budget_milp_max_variables, budget_milp_max_nodes, peak_model, offload_bandwidth_gbps,
+# device_memory_bandwidth_gbps (Note [Peak budget], docs/budget.md).
 MINCUT_OPTIONS = (
     "activation_memory_budget",
     "aggressive_recomputation",
@@ -80,6 +80,8 @@ MINCUT_OPTIONS = (
     "budget_milp_max_variables",
     "budget_milp_max_nodes",
     "peak_model",
+    "offload_bandwidth_gbps",
+    "device_memory_bandwidth_gbps",
 )
 
 def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
@@ -399,9 +401,16 @@ def _fake_run(target: Any, args: tuple, kwargs: dict) -> Any:
         if mode is None:
             return target(*a, **k) if target is operator.getitem else None
         with mode:
-            return target(*a, **k)
+            out = target(*a, **k)
     except Exception:  # noqa: BLE001 - meta is best effort for the pipeline's nodes
         return None
+    # run_and_save_rng_state's fake kernel returns the real generator state
+    # (torch.get_rng_state()); as the reference does (get_sample_rng_state), the
+    # node's value is its fake copy.
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._pytree import tree_map_only
+
+    return tree_map_only(torch.Tensor, lambda t: t if isinstance(t, FakeTensor) else mode.from_tensor(t), out)
 
 
 def _sync_recompute(meta: dict, entry: dict) -> None:

@@ -726,9 +726,54 @@ class Interpreter {
       return Tuple(std::move(items));
     }
     if (name == "auto_functionalized_v2") return CallAutoFunctionalized(node);
+    // Note [Replaying random ops] (passes/functionalize_rng.h). The interpreter
+    // runs every device's op on the CPU, so the CPU generator is the one to read
+    // and set, whatever device the graph names.
+    if (name == "run_and_save_rng_state") {  // (op, *args, **kwargs) -> (state, op's result)
+      FXREMAT_RETURN_IF_ERROR(need(1));
+      if (args[0].kind != Argument::Kind::kOp)
+        return Status::BadInput("run_and_save_rng_state's first argument must be an operator", Where(node));
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      at::Tensor state;
+      {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        state = gen.get_state();
+      }
+      FXREMAT_ASSIGN_OR_RETURN(std::vector<IValue> op_args, RawArgs(node, 1));
+      FXREMAT_ASSIGN_OR_RETURN(auto op_kwargs, RawKwargs(node));
+      Expected<IValue> result = CallOp(node, args[0].text, std::move(op_args), std::move(op_kwargs));
+      if (!result.ok()) return result.status();
+      return Tuple({IValue(state), std::move(result).value()});
+    }
+    if (name == "run_with_rng_state") {  // (state, op, *args, **kwargs) -> op's result, generator restored
+      FXREMAT_RETURN_IF_ERROR(need(2));
+      if (args[1].kind != Argument::Kind::kOp)
+        return Status::BadInput("run_with_rng_state's second argument must be an operator", Where(node));
+      Expected<IValue> state = Raw(args[0], node);
+      if (!state.ok()) return state.status();
+      if (!state.value().isTensor()) return Status::BadInput("run_with_rng_state's state is not a tensor", Where(node));
+      FXREMAT_ASSIGN_OR_RETURN(std::vector<IValue> op_args, RawArgs(node, 2));
+      FXREMAT_ASSIGN_OR_RETURN(auto op_kwargs, RawKwargs(node));
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      at::Tensor current;
+      try {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        current = gen.get_state();
+        gen.set_state(state.value().toTensor());
+      } catch (const c10::Error& e) {
+        return Status::BadInput(std::string("run_with_rng_state: not a CPU generator state: ") + e.what_without_backtrace(),
+                                Where(node));
+      }
+      Expected<IValue> result = CallOp(node, args[1].text, std::move(op_args), std::move(op_kwargs));
+      {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(current);
+      }
+      return result;
+    }
     return Status::BadInput("the higher-order op '" + node.target() +
-                                "' cannot be run here (verify runs cond, map_impl, scan, invoke_subgraph, with_effects and "
-                                "auto_functionalized_v2)",
+                                "' cannot be run here (verify runs cond, map_impl, scan, invoke_subgraph, with_effects, "
+                                "auto_functionalized_v2, run_and_save_rng_state and run_with_rng_state)",
                             Where(node));
   }
 

@@ -13,6 +13,7 @@
 
 #include "fxremat/pipeline.h"
 #include "fxremat/serialize.h"
+#include "fxremat/text.h"
 #include "passes/budget_partition.h"
 
 namespace fs = std::filesystem;
@@ -58,4 +59,75 @@ TEST_CASE("the budget solver never exceeds a budget and is near the exhaustive o
                            "optimal recompute cost\n", graphs, points, within);
   REQUIRE(graphs >= 5);
   CHECK(within * 100 >= points * 90);
+}
+
+// Note [Offload in the budget]: the graph of a 4-layer Llama moved to a CUDA
+// device (text form, device renamed), so that host memory is another place.
+static std::unique_ptr<Graph> OnCuda(const std::string& path) {
+  auto g = LoadGraphFile(path);
+  REQUIRE(g.ok());
+  std::string text = PrintGraph(**g);
+  for (size_t at = 0; (at = text.find("]cpu", at)) != std::string::npos;) text.replace(at, 4, "]cuda:0");
+  auto moved = ParseGraph(text);
+  INFO(moved.status().ToString());
+  REQUIRE(moved.ok());
+  return std::move(moved).value();
+}
+
+TEST_CASE("offload is the budget solver's third choice where it is cheaper than recomputing", "[budget]") {
+  const std::unique_ptr<Graph> g = OnCuda((fs::path(FXREMAT_SOURCE_DIR) / "testdata" / "budget" / "llama_4l.json.gz").string());
+  PartitionRequest plain;
+  auto min_cut = RunPartition(*g, plain);
+  INFO(min_cut.status().ToString());
+  REQUIRE(min_cut.ok());
+  const int64_t min_cut_peak = min_cut->signature.peak->bytes;
+  PartitionRequest smallest;
+  smallest.mincut.activation_memory_budget = 0.0;
+  auto floor = RunPartition(*g, smallest);
+  REQUIRE(floor.ok());
+  const int64_t smallest_peak = floor->signature.peak->bytes;
+  REQUIRE(smallest_peak < min_cut_peak);
+
+  auto run = [&](int64_t budget, double bandwidth) {
+    PartitionRequest r;
+    r.mincut.memory_budget_bytes = budget;
+    r.mincut.offload_bandwidth_gbps = bandwidth;
+    return RunPartition(*g, r);
+  };
+  const int64_t middle = (smallest_peak + min_cut_peak) / 2;
+  auto recomputing = run(middle, 0);
+  REQUIRE(recomputing.ok());
+  CHECK(recomputing->signature.offloadedBytes() == 0);
+  // A fast host link: offloading beats recomputing, and the device peak stays
+  // within the budget (RunPartition checks the emitted partition again).
+  auto fast = run(middle, 1e6);
+  INFO(fast.status().ToString());
+  REQUIRE(fast.ok());
+  CHECK(fast->signature.offloadedBytes() > 0);
+  CHECK(fast->signature.peak->bytes <= middle);
+  bool labelled = false;
+  for (const SavedValue& v : fast->signature.saved) labelled = labelled || v.rule.find("+ offload of") != std::string::npos;
+  CHECK(labelled);
+  // A slow one: recomputing is cheaper, nothing is offloaded.
+  auto slow = run(middle, 1e-3);
+  REQUIRE(slow.ok());
+  CHECK(slow->signature.offloadedBytes() == 0);
+  // Below every partition without offload: reachable by offloading alone.
+  auto below = run(smallest_peak - 1, 1e6);
+  INFO(below.status().ToString());
+  REQUIRE(below.ok());
+  CHECK(below->signature.peak->bytes < smallest_peak);
+  CHECK(below->signature.offloadedBytes() > 0);
+  auto refused = run(smallest_peak - 1, 0);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().ToString(), Catch::Contains("is below the smallest peak"));
+  // On the CPU there is no host to offload to: the option changes nothing.
+  auto on_cpu = LoadGraphFile((fs::path(FXREMAT_SOURCE_DIR) / "testdata" / "budget" / "llama_4l.json.gz").string());
+  REQUIRE(on_cpu.ok());
+  PartitionRequest cpu;
+  cpu.mincut.activation_memory_budget = 0.5;
+  cpu.mincut.offload_bandwidth_gbps = 1e6;
+  auto c = RunPartition(**on_cpu, cpu);
+  REQUIRE(c.ok());
+  CHECK(c->signature.offloadedBytes() == 0);
 }

@@ -23,6 +23,7 @@
 #include "fxremat/text.h"
 #include "passes/default_partition.h"
 #include "passes/emit_offload.h"
+#include "passes/functionalize_rng.h"
 #include "passes/insert_barriers.h"
 #include "passes/min_cut_partition.h"
 
@@ -169,6 +170,32 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
            fmt::format("// peak {} B at '{}' in the {}; forward peak {} B; live after forward {} B; backward peak {} B\n",
                        e.peak_bytes, e.peak_node, e.peak_graph, e.forward_peak_bytes, e.live_after_forward_bytes,
                        e.backward_peak_bytes);
+  }
+  if (run.rfind("functionalize-rng", 0) == 0) {
+    // "functionalize-rng saved=a,b" (a fixed partition), "functionalize-rng
+    // default" or "functionalize-rng mincut" (that partitioner's choice).
+    auto words = ParseWords(run.substr(17));
+    Partition p;
+    const std::string partitioner = words[""].empty() ? "" : words[""][0];
+    if (partitioner == "default") {
+      FXREMAT_ASSIGN_OR_RETURN(p, DefaultPartition(*graph));
+    } else if (partitioner == "mincut") {
+      FXREMAT_ASSIGN_OR_RETURN(p, MinCutPartition(*graph, MinCutOptions{}));
+    } else {
+      FXREMAT_ASSIGN_OR_RETURN(p, ExtractForTest(*graph, words));
+    }
+    const std::string before = PrintPartition(p);
+    FXREMAT_ASSIGN_OR_RETURN(bool changed, FunctionalizeRng(p));
+    const std::string after = PrintPartition(p);
+    if (changed == (after == before)) return Status::Internal("pass's \"changed?\" does not match its edit");
+    // Running it again changes nothing; both graphs round-trip through the text form.
+    FXREMAT_ASSIGN_OR_RETURN(bool again, FunctionalizeRng(p));
+    if (again || PrintPartition(p) != after) return Status::Internal("a second FunctionalizeRng changed the partition");
+    for (const Graph* g : {p.forward.get(), p.backward.get()}) {
+      FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> reparsed, ParseGraph(PrintGraph(*g)));
+      if (PrintGraph(*reparsed) != PrintGraph(*g)) return Status::Internal("emitted graph does not round-trip");
+    }
+    return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
   }
   if (run.rfind("emit-offload", 0) == 0) {
     // "emit-offload torch|xla saved=a,b offload=a"

@@ -258,12 +258,29 @@ def test_must_save_and_must_recompute_on_one_value():
 
 
 def test_must_recompute_a_random_op():
+    """On the CPU the demand is honoured by replaying the draw (Note [Replaying random
+    ops]): the backward recomputes the dropout from the state the forward saved, and
+    the gradients are those of the forward that ran. (A device whose draw cannot be
+    replayed refuses it: tests/golden/functionalize_rng.test, test_random_replay.py.)"""
     def dropout(x, w):
         return torch.nn.functional.dropout(x @ w, p=0.5, training=True).sum()
 
-    args = (torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True))
-    with pytest.raises(ValueError, match=r"MUST_RECOMPUTE .*cannot be honoured: it is a random op"):
-        fxremat.extract(dropout, *args, policy=P.checkpoint_policy(by_op={"aten.native_dropout": "MUST_RECOMPUTE"}))
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    fw, bw, sig = fxremat.extract(dropout, x.requires_grad_(), w.requires_grad_(),
+                                  policy=P.checkpoint_policy(by_op={"aten.native_dropout": "MUST_RECOMPUTE"}))
+    assert [s["rule"] for s in sig["saved"] if s["rule"].startswith("RNG state")] == ["RNG state of native_dropout"]
+    assert any(n.target is torch.ops.higher_order.run_with_rng_state for n in bw.graph.nodes)
+    x, w = x.detach(), w.detach()
+    torch.manual_seed(0)
+    outs = fw(x, w)
+    grads = bw(*outs[1:], torch.ones(()))
+    torch.manual_seed(0)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    want = dropout(xr, wr)
+    want.backward()
+    torch.testing.assert_close(outs[0], want.detach())
+    torch.testing.assert_close(grads[0], xr.grad)
+    torch.testing.assert_close(grads[1], wr.grad)
 
 
 def test_offload_of_a_view_of_an_input():
@@ -315,7 +332,7 @@ class _Encoder(torch.nn.Module):
 def test_nothing_saveable_on_attention():
     """q, k, v (views from unbind) and the fused attention's outputs are recomputed
     under nothing_saveable: only the inputs are saved, as PyTorch's budget 0 saves them;
-    with attention dropout the attention op is random and its results are saved."""
+    with attention dropout the attention op is random and is replayed."""
     import copy
 
     from torch._functorch import config as fconfig
@@ -334,5 +351,20 @@ def test_nothing_saveable_on_attention():
     torch.manual_seed(0)
     with_dropout = fxremat.export_joint(_Encoder(dropout=0.1), torch.randn(2, 16, 32, requires_grad=True))
     part = fxremat.partition(with_dropout, policy=P.nothing_saveable)
-    origins = {s["origin_op"] for s in part.signature["saved"]}
-    assert "_operator.getitem" in origins  # the attention results: saved, not replayed
+    # the attention op is random: recomputed by replaying its draw from the saved
+    # generator state (Note [Replaying random ops]), so still only inputs and states
+    rules = [s["rule"] for s in part.signature["saved"]]
+    assert all(r == "input" or r.startswith("RNG state of ") for r in rules), rules
+    assert any(r.startswith("RNG state of ") for r in rules), rules
+    assert any(n.target is torch.ops.higher_order.run_with_rng_state for n in part.backward.graph.nodes)
+    # and the replay is exact: the partition reproduces the joint graph run from the same seed
+    from fxremat.testing.verify import random_primals, random_tangents
+
+    primals = random_primals(with_dropout.gm, seed=1)
+    tangents = random_tangents(with_dropout.gm, seed=1)
+    torch.manual_seed(5)
+    want = list(with_dropout.gm(*[p.clone() for p in primals], *tangents))
+    torch.manual_seed(5)
+    outs, grads = part.run([p.clone() for p in primals], tangents)
+    for g, w in zip(outs + [g for g in grads if g is not None], [w for w in want if w is not None]):
+        torch.testing.assert_close(g, w)

@@ -135,6 +135,8 @@ BUDGET0_RANDOM = "mincut budget 0.0 saved"
 def _target(target: str):
     if target.startswith("_operator."):
         return getattr(operator, target.removeprefix("_operator."))
+    if target.startswith("higher_order."):  # run_and_save_rng_state / run_with_rng_state
+        return getattr(torch.ops.higher_order, target.removeprefix("higher_order."))
     ns, name, overload = target.split(".")
     return getattr(getattr(getattr(torch.ops, ns), name), overload)
 
@@ -150,6 +152,8 @@ def _arg(a, env: dict):
             return float(value)
         if key == "device":
             return torch.device(value)
+        if key == "op":
+            return _target(value)
         return getattr(torch, value)  # dtype, layout, memory_format
     return a
 
@@ -212,7 +216,8 @@ def soak_one(seed: int, max_ops: int | None = MAX_OPS) -> dict:
         except ValueError as e:
             raise AssertionError(f"{what}: the partitioner refused a valid program: {e}") from e
         recomputed = _random_ops(bw)
-        # The partitioners never recompute a random op (it would draw again).
+        # The partitioners never recompute a random op plainly (it would draw again);
+        # a replayed one is run_with_rng_state (Note [Replaying random ops]).
         assert not recomputed, f"{what}: the backward recomputes the random op(s) {recomputed}"
         key = _wiring(fw, bw, sig)
         if key in seen:

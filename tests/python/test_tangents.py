@@ -144,43 +144,6 @@ def test_subclass_tangents_under_a_sac_policy():
 
 
 @pytest.mark.usefixtures("fresh_compile_state")
-def test_a_random_op_tagged_recompute_is_saved_with_a_warning():
-    """checkpoint(..., preserve_rng_state=True) under a SAC policy that saves only
-    sigmoid: PyTorch replays the dropout in the backward; fxremat saves its mask (the
-    gradients are exact either way) and says so, naming the op."""
-    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
-
-    def policy(ctx, op, *args, **kwargs):
-        return CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.sigmoid.default else CheckpointPolicy.PREFER_RECOMPUTE
-
-    def gn(x):
-        return torch.nn.functional.dropout(torch.sigmoid(x), 0.5, training=True).sin()
-
-    def f(x):
-        return checkpoint(gn, x, use_reentrant=False, preserve_rng_state=True,
-                          context_fn=partial(create_selective_checkpoint_contexts, policy))
-
-    x = torch.randn(16, 16, requires_grad=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = torch.compile(f, backend="fxremat", options={"compiler": "aot_eager"})(x)
-        out.sum().backward()
-    messages = [str(w.message) for w in caught if "fxremat" in str(w.message)]
-    assert any("is tagged PREFER_RECOMPUTE but is saved" in m and "native_dropout" in m for m in messages), messages
-    rules = {s["name"]: s.get("rule") for s in fxremat.partition_records()[-1].signature["saved"]}
-    assert "random op (never replayed)" in rules.values(), rules
-    # The mask drawn in the forward is the one the backward uses: gradients match a
-    # replay of the same forward under the same seed.
-    torch.manual_seed(3)
-    x1 = x.detach().clone().requires_grad_()
-    y1 = torch.compile(f, backend="fxremat", options={"compiler": "aot_eager"})(x1)
-    y1.sum().backward()
-    torch.manual_seed(3)
-    x2 = x.detach().clone().requires_grad_()
-    gn(x2).sum().backward()
-    torch.testing.assert_close(x1.grad, x2.grad)
-
-
 def test_tangents_match_outputs_by_dtype_and_shape(tmp_path):
     """BatchNorm in training mode: the forward outputs are the running statistics the
     step writes back (no tangents) and then the loss. Without descriptors, one tangent,
