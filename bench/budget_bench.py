@@ -70,7 +70,7 @@ def verify(part, joint, primals, tangents) -> bool:
     """fw+bw reproduce the joint graph's outputs and gradients on these inputs."""
     from fxremat.testing.verify import tolerance
 
-    with torch.no_grad():  # the same random draws in both runs (random ops are never replayed)
+    with torch.no_grad():  # the same random draws in both runs (a replayed random op redraws the same)
         torch.manual_seed(1234)
         want = list(joint(*[p.clone() if isinstance(p, torch.Tensor) else p for p in primals], *tangents))
         torch.manual_seed(1234)

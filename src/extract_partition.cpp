@@ -127,6 +127,7 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
                                                  const std::vector<Node*>& outputs, Subgraph which) {
   FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan plan, PlanSubgraph(joint, inputs, outputs, which));
   auto g = std::make_unique<Graph>();
+  g->reserve(static_cast<size_t>(std::count(plan.live.begin(), plan.live.end(), true)) + inputs.size() + 1);
   g->setName(joint.name());
   g->setKind(which == Subgraph::kForward ? GraphKind::kForward : GraphKind::kBackward);
   g->symbols() = joint.symbols();

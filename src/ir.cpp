@@ -180,11 +180,28 @@ const OpInfo* Node::opInfo() const {
 
 void Node::recomputeInputs() {
   inputs_.clear();
-  auto add = [this](Node* n) {
-    if (std::find(inputs_.begin(), inputs_.end(), n) == inputs_.end()) inputs_.push_back(n);
+  auto collect = [&](auto&& add) {
+    for (const Argument& a : args_) a.forEachNode(add);
+    for (const auto& [k, v] : kwargs_) v.forEachNode(add);
   };
-  for (const Argument& a : args_) a.forEachNode(add);
-  for (const auto& [k, v] : kwargs_) v.forEachNode(add);
+  size_t refs = 0;
+  collect([&refs](Node*) { ++refs; });
+  // Distinct inputs in first-use order. A linear search is the cheapest for the
+  // few arguments of an op; an output node listing every saved value (hundreds
+  // of thousands on a large graph) would make it quadratic.
+  constexpr size_t kLinearLimit = 32;
+  if (refs <= kLinearLimit) {
+    collect([this](Node* n) {
+      if (std::find(inputs_.begin(), inputs_.end(), n) == inputs_.end()) inputs_.push_back(n);
+    });
+    return;
+  }
+  std::unordered_set<Node*> seen;
+  seen.reserve(refs);
+  inputs_.reserve(refs);
+  collect([&](Node* n) {
+    if (seen.insert(n).second) inputs_.push_back(n);
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -192,8 +209,13 @@ void Node::recomputeInputs() {
 // ---------------------------------------------------------------------------
 
 Node* Graph::findNode(std::string_view name) const {
-  auto it = by_name_.find(std::string(name));
+  auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : it->second;
+}
+
+void Graph::reserve(size_t n) {
+  nodes_.reserve(n);
+  by_name_.reserve(n);
 }
 
 Node* Graph::outputNode() const {
@@ -600,6 +622,7 @@ Status VerifyGraph(const Graph& graph) {
 
 std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
   auto copy = std::make_unique<Graph>();
+  copy->reserve(graph.size());
   copy->setName(graph.name());
   copy->setKind(graph.kind());
   copy->joint() = graph.joint();
@@ -609,7 +632,8 @@ std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
   copy->subgraphs() = graph.subgraphs();  // immutable: shared (Note [Higher-order ops])
   for (const auto& up : graph.nodes()) {
     const Node& n = *up;
-    auto in_copy = [&copy](Node* original) { return copy->findNode(original->name()); };
+    // Nodes are copied in order: an argument's copy has its index.
+    auto in_copy = [&copy](Node* original) { return copy->nodes()[original->index()].get(); };
     std::vector<Argument> args;
     for (const Argument& a : n.args()) args.push_back(a.mapNodes(in_copy));
     Kwargs kwargs;

@@ -433,6 +433,16 @@ class GraphReader {
   std::vector<std::string_view> names_;  // by index
   std::vector<Node*> created_;
   const JsonPath root_;
+  // Stack traces read so far, by text: nodes with the same trace share one copy
+  // (SharedText). Keys view the stored texts.
+  std::unordered_map<std::string_view, SharedText> texts_;
+  SharedText InternedText(std::string_view text) {
+    if (text.empty()) return SharedText();
+    if (auto it = texts_.find(text); it != texts_.end()) return it->second;
+    SharedText shared{std::string(text)};
+    texts_.emplace(shared.str(), shared);
+    return shared;
+  }
 };
 
 template <typename V>
@@ -887,7 +897,10 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
   };
   FXREMAT_RETURN_IF_ERROR(read_string("recompute", meta.recompute));
   FXREMAT_RETURN_IF_ERROR(read_string("partitioner_tag", meta.partitioner_tag));
-  FXREMAT_RETURN_IF_ERROR(read_string("stack_trace", meta.stack_trace));
+  if (auto field = f.find("stack_trace"); !IsNullOrAbsent(field)) {
+    if (field->kind() != JKind::kString) return Fail(JsonPath(path, "stack_trace"), "expected a string");
+    meta.stack_trace = InternedText(field->str());
+  }
   static const std::set<std::string, std::less<>> kPolicies = {"MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE",
                                                                "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD",
                                                                "PREFER_CPU_OFFLOAD"};
@@ -1167,6 +1180,7 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   names_.assign(nodes.size(), std::string_view());
   index_of_.Reset(&names_, nodes.size());
   created_.reserve(nodes.size());
+  graph_->reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (Status s = ReadNode(nodes[i], i); !s.ok()) {
       FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));

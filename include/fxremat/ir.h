@@ -184,12 +184,34 @@ enum class PlaceholderRole : uint8_t { kNone, kPrimal, kTangent, kFwdRng, kBwdRn
 std::string_view PlaceholderRoleName(PlaceholderRole role);
 std::optional<PlaceholderRole> PlaceholderRoleFromName(std::string_view name);
 
+// Immutable text that copies of a node share: a stack trace (about 2 KB per
+// node of a transformer graph, the same text for every layer's op) is stored
+// once, and copying a node -- a clone, an extraction, each of the budget
+// solver's candidates -- copies a pointer. Empty is the null state.
+class SharedText {
+ public:
+  SharedText() = default;
+  SharedText(std::string text)  // NOLINT(google-explicit-constructor): assigned from strings
+      : text_(text.empty() ? nullptr : std::make_shared<const std::string>(std::move(text))) {}
+  const std::string& str() const {
+    static const std::string kEmpty;
+    return text_ ? *text_ : kEmpty;
+  }
+  operator const std::string&() const { return str(); }  // NOLINT(google-explicit-constructor)
+  operator std::string_view() const { return str(); }    // NOLINT(google-explicit-constructor)
+  bool empty() const { return text_ == nullptr; }
+  bool operator==(const SharedText& o) const { return text_ == o.text_ || str() == o.str(); }
+
+ private:
+  std::shared_ptr<const std::string> text_;
+};
+
 // The node metadata that partitioning reads (FX's node.meta, minus "val").
 struct NodeMeta {
   std::string recompute;        // CheckpointPolicy name, e.g. "MUST_SAVE"; empty if none
   std::optional<int64_t> ac_graph_id;
   std::string partitioner_tag;  // "is_forward", "is_backward", "must_be_in_*"; empty if none
-  std::string stack_trace;
+  SharedText stack_trace;
   std::optional<std::pair<int64_t, int64_t>> value_range;  // [low, high) of integer inputs
   // Names given to this value by naming ops (FoldAnnotations), in graph order,
   // and whether one of them was xla::offload_name (an offload request).
@@ -397,6 +419,9 @@ class Graph {
   Status reorderNodes(const std::vector<Node*>& order);
   // A name not yet used in the graph, derived from `base` FX-style (base, base_1, ...).
   std::string uniqueName(std::string_view base) const;
+  // Room for `n` nodes without reallocating the node list or rehashing the
+  // name index (readers and copies know their size in advance).
+  void reserve(size_t n);
 
  private:
   void renumber(size_t from);
@@ -409,7 +434,9 @@ class Graph {
   std::map<std::string, Constant> constants_;
   std::map<std::string, std::shared_ptr<const Graph>> subgraphs_;
   std::vector<std::unique_ptr<Node>> nodes_;
-  std::unordered_map<std::string, Node*> by_name_;
+  // Keys view the nodes' own names (a node never moves: nodes_ holds pointers;
+  // renameNode re-keys it), so a name is stored once.
+  std::unordered_map<std::string_view, Node*> by_name_;
 };
 
 // Note [Higher-order ops]
