@@ -333,7 +333,7 @@ class BudgetSolver {
   // replay, the autograd-engine order, getitems raised, then the transfers of
   // the `offloaded` saved values (they must be saved).
   Expected<Partition> Emit(const std::vector<Node*>& saved, const std::vector<Node*>& offloaded = {}) const {
-    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g_, saved, "mincut"));
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g_, c_, saved, "mincut"));
     FXREMAT_RETURN_IF_ERROR(FunctionalizeRng(p).status());  // the saved RNG states count (Note [Replaying random ops])
     FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
     FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.forward).status());

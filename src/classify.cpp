@@ -172,6 +172,7 @@ Expected<JointClassification> ClassifyJoint(const Graph& joint) {
   // Primals are inputs of the forward graph whether or not they are used.
   for (Node* p : c.primals) c.required_by_forward[p->index()] = true;
   for (Node* p : c.fwd_rng) c.required_by_forward[p->index()] = true;
+  c.sides = ClassifySides(joint);
   return c;
 }
 

@@ -81,11 +81,27 @@ std::string OriginLocation(std::string_view stack_trace) {
 // `live` ones are valid and needed by an output or side-effecting. Mirrors
 // copy-then-eliminate-dead-code without building the dead nodes.
 struct SubgraphPlan {
-  std::vector<bool> is_input, valid, live;
+  std::vector<uint8_t> is_input, valid, live;  // bytes, not vector<bool>: read in the hot loops
 };
 
+NodeSides ClassifySides(const Graph& joint) {
+  NodeSides sides;
+  sides.forward_only.assign(joint.size(), false);
+  sides.backward_only.assign(joint.size(), false);
+  sides.impure.assign(joint.size(), false);
+  for (const auto& up : joint.nodes()) {
+    sides.forward_only[up->index()] = MustBeInForward(*up);
+    sides.backward_only[up->index()] = MustBeInBackward(*up);
+    sides.impure[up->index()] = up->isCallFunction() && IsImpure(*up);
+  }
+  return sides;
+}
+
 Expected<SubgraphPlan> PlanSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
-                                    const std::vector<Node*>& outputs, Subgraph which) {
+                                    const std::vector<Node*>& outputs, Subgraph which,
+                                    const NodeSides* sides) {
+  const std::vector<bool>* elsewhere =
+      sides ? (which == Subgraph::kForward ? &sides->backward_only : &sides->forward_only) : nullptr;
   const size_t n = joint.size();
   SubgraphPlan plan;
   plan.is_input.assign(n, false);
@@ -96,10 +112,12 @@ Expected<SubgraphPlan> PlanSubgraph(const Graph& joint, const std::vector<Node*>
     const Node& node = *up;
     const size_t i = node.index();
     if (plan.is_input[i] || node.isPlaceholder() || node.isOutput()) continue;
-    if (which == Subgraph::kForward && MustBeInBackward(node)) continue;
-    if (which == Subgraph::kBackward && MustBeInForward(node)) continue;
+    if (elsewhere ? (*elsewhere)[i]
+                  : (which == Subgraph::kForward ? MustBeInBackward(node) : MustBeInForward(node)))
+      continue;
     bool ok = true;
-    for (Node* input : node.inputs()) ok = ok && plan.valid[input->index()];
+    for (Node* input : node.inputs())
+      if (!plan.valid[input->index()]) { ok = false; break; }
     plan.valid[i] = ok;
   }
   for (Node* o : outputs) {
@@ -114,18 +132,38 @@ Expected<SubgraphPlan> PlanSubgraph(const Graph& joint, const std::vector<Node*>
   for (size_t i = n; i-- > 0;) {
     const Node& node = *joint.nodes()[i];
     if (!plan.valid[i]) continue;
-    bool keep = plan.live[i] || (node.isCallFunction() && IsImpure(node));
+    bool keep = plan.live[i] || (sides ? sides->impure[i] : node.isCallFunction() && IsImpure(node));
     // An input does not read its joint-graph arguments: it becomes a placeholder.
-    for (Node* user : node.users()) keep = keep || (plan.live[user->index()] && !plan.is_input[user->index()]);
+    for (size_t u = 0, m = node.users().size(); u < m && !keep; ++u) {
+      const size_t j = node.users()[u]->index();
+      keep = plan.live[j] && !plan.is_input[j];
+    }
     plan.live[i] = keep;
   }
   return plan;
 }
 
+namespace {
+
+std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
+                                     const std::vector<PlaceholderRole>& input_roles,
+                                     const std::vector<Node*>& outputs, Subgraph which, const SubgraphPlan& plan);
+
+}  // namespace
+
 Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                                  const std::vector<PlaceholderRole>& input_roles,
-                                                 const std::vector<Node*>& outputs, Subgraph which) {
-  FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan plan, PlanSubgraph(joint, inputs, outputs, which));
+                                                 const std::vector<Node*>& outputs, Subgraph which,
+                                                 const NodeSides* sides) {
+  FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan plan, PlanSubgraph(joint, inputs, outputs, which, sides));
+  return BuildSubgraph(joint, inputs, input_roles, outputs, which, plan);
+}
+
+namespace {
+
+std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
+                                     const std::vector<PlaceholderRole>& input_roles,
+                                     const std::vector<Node*>& outputs, Subgraph which, const SubgraphPlan& plan) {
   auto g = std::make_unique<Graph>();
   g->reserve(static_cast<size_t>(std::count(plan.live.begin(), plan.live.end(), true)) + inputs.size() + 1);
   g->setName(joint.name());
@@ -154,7 +192,8 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
     copy->val() = n.val();
     copy->meta() = n.meta();
     env[n.index()] = copy;
-    if (const OpInfo* info = n.opInfo()) g->ops().emplace(info->target, *info);
+    if (const OpInfo* info = n.opInfo())  // copied once per target
+      copy->cacheOpInfo(&g->ops().try_emplace(info->target, *info).first->second);
     // A constant goes with every graph that reads it (the reference copies get_attr nodes into both).
     // So does a higher-order op's subgraph (Note [Higher-order ops]), shared.
     if (n.op() == OpKind::kGetAttr) {
@@ -164,13 +203,26 @@ Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::
   }
   std::vector<Argument> values;
   for (Node* o : outputs) values.push_back(o ? Argument::NodeRef(env[o->index()]) : Argument::None());
-  g->createNode(OpKind::kOutput, g->uniqueName("output"), "output", {Argument::List(std::move(values))});
+  // Every node of g is a joint node other than its output, under the same name:
+  // "output" is free in g unless the joint has a non-output node so named
+  // (asking the joint keeps g's name index unbuilt).
+  const Node* named_output = joint.findNode("output");
+  const bool taken = named_output && !named_output->isOutput();
+  g->createNode(OpKind::kOutput, taken ? g->uniqueName("output") : std::string("output"), "output",
+                {Argument::List(std::move(values))});
   return g;
 }
+
+}  // namespace
 
 Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*>& saved_values,
                                      const std::string& partitioner_name) {
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
+  return ExtractPartition(joint, c, saved_values, partitioner_name);
+}
+
+Expected<Partition> ExtractPartition(const Graph& joint, const JointClassification& c,
+                                     const std::vector<Node*>& saved_values, const std::string& partitioner_name) {
   std::vector<Node*> saved_tensors, saved_syms;
   // Note [Opaque inputs] (fxremat/partition.h): opaque primals go to the
   // backward as inputs of their own, whatever the partitioner chose.
@@ -203,7 +255,9 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
   std::vector<Node*> bw_inputs;
   std::vector<PlaceholderRole> bw_roles;
   backward_inputs(bw_inputs, bw_roles);
-  FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan probe, PlanSubgraph(joint, bw_inputs, c.backward_outputs, Subgraph::kBackward));
+  const NodeSides& sides = c.sides;
+  FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan probe,
+                           PlanSubgraph(joint, bw_inputs, c.backward_outputs, Subgraph::kBackward, &sides));
   // Saved values the backward does not read are dropped, as the reference does.
   auto unused = [&](Node* s) {
     for (Node* user : s->users())
@@ -212,11 +266,15 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
       if (o == s) return false;
     return true;
   };
+  const size_t before_dropping = saved_tensors.size() + saved_syms.size() + opaque_inputs.size();
   saved_tensors.erase(std::remove_if(saved_tensors.begin(), saved_tensors.end(), unused), saved_tensors.end());
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(), unused), saved_syms.end());
   opaque_inputs.erase(std::remove_if(opaque_inputs.begin(), opaque_inputs.end(), unused), opaque_inputs.end());
+  // With nothing dropped the backward's inputs are the probe's (in another
+  // order, which the plan does not depend on): its plan is the backward's.
+  const bool probe_is_backward = saved_tensors.size() + saved_syms.size() + opaque_inputs.size() == before_dropping;
   // The order (and the symbol bindings) AOTAutograd's runtime expects.
-  FXREMAT_RETURN_IF_ERROR(BindSavedSymbols(joint, c.tangents, saved_tensors, saved_syms).status());
+  FXREMAT_ASSIGN_OR_RETURN(const bool bindings_changed, BindSavedSymbols(joint, c.tangents, saved_tensors, saved_syms));
   OrderNoVcCheckLast(saved_tensors);
 
   std::vector<Node*> fw_inputs;
@@ -228,9 +286,15 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
   fw_outputs.insert(fw_outputs.end(), saved_syms.begin(), saved_syms.end());
 
   Partition result;
-  FXREMAT_ASSIGN_OR_RETURN(result.forward, ExtractSubgraph(joint, fw_inputs, fw_roles, fw_outputs, Subgraph::kForward));
+  FXREMAT_ASSIGN_OR_RETURN(result.forward,
+                           ExtractSubgraph(joint, fw_inputs, fw_roles, fw_outputs, Subgraph::kForward, &sides));
   backward_inputs(bw_inputs, bw_roles);
-  FXREMAT_ASSIGN_OR_RETURN(result.backward, ExtractSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward));
+  if (probe_is_backward && !bindings_changed) {
+    result.backward = BuildSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward, probe);
+  } else {
+    FXREMAT_ASSIGN_OR_RETURN(result.backward, ExtractSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs,
+                                                              Subgraph::kBackward, &sides));
+  }
 
   Signature& sig = result.signature;
   sig.partitioner = partitioner_name;

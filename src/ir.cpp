@@ -208,14 +208,22 @@ void Node::recomputeInputs() {
 // Graph
 // ---------------------------------------------------------------------------
 
+void Graph::indexNames() const {
+  if (names_indexed_) return;
+  by_name_.reserve(nodes_.size());
+  for (const auto& n : nodes_) by_name_.emplace(n->name_, n.get());
+  names_indexed_ = true;
+}
+
 Node* Graph::findNode(std::string_view name) const {
+  indexNames();
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : it->second;
 }
 
 void Graph::reserve(size_t n) {
   nodes_.reserve(n);
-  by_name_.reserve(n);
+  if (names_indexed_) by_name_.reserve(n);
 }
 
 Node* Graph::outputNode() const {
@@ -245,13 +253,13 @@ std::vector<Node*> Graph::outputValues() const {
 
 Node* Graph::createNode(OpKind op, std::string name, std::string target,
                         std::vector<Argument> args, Kwargs kwargs) {
-  assert(!by_name_.count(name) && "createNode: duplicate node name");
+  assert(!findNode(name) && "createNode: duplicate node name");
   auto node = std::unique_ptr<Node>(new Node(this, op, std::move(name), std::move(target)));
   Node* raw = node.get();
   size_t position = nodes_.size();
   if (op != OpKind::kOutput && outputNode() != nullptr) position = nodes_.size() - 1;
   nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position), std::move(node));
-  by_name_.emplace(raw->name_, raw);
+  if (names_indexed_) by_name_.emplace(raw->name_, raw);
   renumber(position);
   setInputs(raw, std::move(args), std::move(kwargs));
   return raw;
@@ -260,13 +268,13 @@ Node* Graph::createNode(OpKind op, std::string name, std::string target,
 Node* Graph::createNodeBefore(Node* before, OpKind op, std::string name, std::string target,
                               std::vector<Argument> args, Kwargs kwargs) {
   assert(before && before->graph_ == this && "createNodeBefore: anchor from another graph");
-  assert(!by_name_.count(name) && "createNodeBefore: duplicate node name");
+  assert(!findNode(name) && "createNodeBefore: duplicate node name");
   assert(op != OpKind::kOutput && "createNodeBefore: the output node is created with createNode");
   auto node = std::unique_ptr<Node>(new Node(this, op, std::move(name), std::move(target)));
   Node* raw = node.get();
   const size_t position = before->index_;
   nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position), std::move(node));
-  by_name_.emplace(raw->name_, raw);
+  if (names_indexed_) by_name_.emplace(raw->name_, raw);
   renumber(position);
   setInputs(raw, std::move(args), std::move(kwargs));
   return raw;
@@ -275,11 +283,11 @@ Node* Graph::createNodeBefore(Node* before, OpKind op, std::string name, std::st
 void Graph::renameNode(Node* node, std::string name) {
   assert(node->graph_ == this);
   if (name == node->name_) return;
-  assert(!by_name_.count(name) && "renameNode: the name is taken");
-  by_name_.erase(node->name_);
+  assert(!findNode(name) && "renameNode: the name is taken");
+  if (names_indexed_) by_name_.erase(node->name_);
   if (node->op_ == OpKind::kPlaceholder && node->target_ == node->name_) node->target_ = name;
   node->name_ = std::move(name);
-  by_name_.emplace(node->name_, node);
+  if (names_indexed_) by_name_.emplace(node->name_, node);
 }
 
 void Graph::setInputs(Node* node, std::vector<Argument> args, Kwargs kwargs) {
@@ -316,7 +324,7 @@ void Graph::eraseNode(Node* node) {
   assert(node->users_.empty() && "eraseNode: the node still has users");
   setInputs(node, {}, {});
   size_t position = node->index_;
-  by_name_.erase(node->name_);
+  if (names_indexed_) by_name_.erase(node->name_);
   nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(position));
   renumber(position);
 }
@@ -339,7 +347,7 @@ void Graph::eraseNodes(const std::vector<Node*>& doomed) {
       auto& users = input->users_;
       users.erase(std::remove(users.begin(), users.end(), n), users.end());
     }
-    by_name_.erase(n->name_);
+    if (names_indexed_) by_name_.erase(n->name_);
   }
   size_t out = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -353,7 +361,7 @@ void Graph::eraseNodes(const std::vector<Node*>& doomed) {
 
 std::string Graph::uniqueName(std::string_view base) const {
   std::string candidate(base);
-  for (int i = 1; by_name_.count(candidate); ++i) candidate = fmt::format("{}_{}", base, i);
+  for (int i = 1; findNode(candidate); ++i) candidate = fmt::format("{}_{}", base, i);
   return candidate;
 }
 

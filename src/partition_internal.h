@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fxremat/ir.h"
+#include "fxremat/partition.h"
 #include "fxremat/status.h"
 
 namespace fxremat {
@@ -49,10 +50,14 @@ enum class Subgraph { kForward, kBackward };
 // `inputs` (joint nodes, turned into placeholders in this order, keeping their
 // names) and returns `outputs` (nullptr = None), copying every joint node whose
 // arguments are all available, then removing dead code. An output that cannot
-// be computed from the inputs is a bad-input error naming it.
+// be computed from the inputs is a bad-input error naming it. `sides`, when
+// given, is ClassifySides(joint) (JointClassification::sides), made once for
+// every graph extracted from one joint graph.
+NodeSides ClassifySides(const Graph& joint);
 Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                                  const std::vector<PlaceholderRole>& input_roles,
-                                                 const std::vector<Node*>& outputs, Subgraph which);
+                                                 const std::vector<Node*>& outputs, Subgraph which,
+                                                 const NodeSides* sides = nullptr);
 
 // The name a naming op (xla.name_tensor, fxremat.checkpoint_name, ...) gives
 // this value: as the op's result or as its annotated input. Empty if none.

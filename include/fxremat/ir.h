@@ -281,6 +281,9 @@ class Node {
   // Op facts of a call_function target, or nullptr (Python callables, or a file
   // that had none and was not completed from the dispatcher).
   const OpInfo* opInfo() const;
+  // Caches the entry of this node's target in its graph's op table, found by
+  // the caller (a copy made beside its op facts), saving opInfo()'s look-up.
+  void cacheOpInfo(const OpInfo* info) const { op_info_ = info; }
 
   bool isPlaceholder() const { return op_ == OpKind::kPlaceholder; }
   bool isCallFunction() const { return op_ == OpKind::kCallFunction; }
@@ -434,9 +437,14 @@ class Graph {
   std::map<std::string, Constant> constants_;
   std::map<std::string, std::shared_ptr<const Graph>> subgraphs_;
   std::vector<std::unique_ptr<Node>> nodes_;
-  // Keys view the nodes' own names (a node never moves: nodes_ holds pointers;
-  // renameNode re-keys it), so a name is stored once.
-  std::unordered_map<std::string_view, Node*> by_name_;
+  // Name -> node, built on the first look-up by name and kept up to date from
+  // then on: graphs that are only built and walked (an extraction the budget
+  // solver simulates and drops) never pay for it. Keys view the nodes' own
+  // names (a node never moves: nodes_ holds pointers; renameNode re-keys it).
+  // Not thread-safe: one graph is used by one thread at a time.
+  void indexNames() const;
+  mutable std::unordered_map<std::string_view, Node*> by_name_;
+  mutable bool names_indexed_ = false;
 };
 
 // Note [Higher-order ops]

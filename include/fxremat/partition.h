@@ -143,6 +143,13 @@ struct Partition {
   Signature signature;
 };
 
+// Where extraction may put each node of a joint graph (by index): nodes that
+// must stay in the forward (MustBeInForward) or in the backward
+// (MustBeInBackward), and side-effecting ones (never dropped as dead code).
+struct NodeSides {
+  std::vector<bool> forward_only, backward_only, impure;
+};
+
 // Classification of a joint graph's nodes that partitioners and `inspect` share.
 struct JointClassification {
   std::vector<Node*> primals, tangents, fwd_rng, bwd_rng;
@@ -152,6 +159,7 @@ struct JointClassification {
   std::vector<bool> required_by_forward;  // indexed by Node::index()
   // Nodes that depend on a tangent or must be in the backward.
   std::vector<bool> in_tangents_closure;
+  NodeSides sides;
 };
 Expected<JointClassification> ClassifyJoint(const Graph& joint);
 
@@ -163,6 +171,10 @@ Expected<JointClassification> ClassifyJoint(const Graph& joint);
 // returning: a violation is an internal error.
 Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*>& saved_values,
                                      const std::string& partitioner_name);
+// The same with the joint graph's classification already made (ClassifyJoint of
+// `joint`): the budget solver extracts hundreds of candidates from one graph.
+Expected<Partition> ExtractPartition(const Graph& joint, const JointClassification& classification,
+                                     const std::vector<Node*>& saved_values, const std::string& partitioner_name);
 
 // Checks both graphs against the signature: counts, every saved value at its
 // stated forward-output and backward-input index with matching facts, tangents

@@ -254,7 +254,12 @@ def pareto(joint: Any, points: int = 20, options: dict | None = None, *, policy:
 
     request = PipelineRequest.make(policy)
     opts = check_partitioner("mincut", options)
-    front = list(_extension().peak_front(_document(joint), opts, policy=request.policy, points=int(points)))
+    doc = _document(joint)
+    try:  # JSON text: the extension's fast reader (as partition_document)
+        text: Any = json.dumps(doc, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        text = doc
+    front = list(_extension().peak_front(text, opts, policy=request.policy, points=int(points)))
     if plot is not None:
         plot_front(front, plot, title=getattr(joint, "name", None) or "joint graph")
     return front

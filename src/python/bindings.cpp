@@ -241,10 +241,13 @@ PYBIND11_MODULE(_C, m) {
       "(forward_doc, backward_doc, signature) as dicts.");
   m.def(
       "peak_front",
-      [](const py::dict& document, const std::map<std::string, std::string>& options,
+      [](const py::object& document, const std::map<std::string, std::string>& options,
          const std::optional<std::string>& policy, int points) {
         PartitionRequest request = MakeRequest("mincut", options, policy, "torch", false, false);
-        std::unique_ptr<Graph> graph = Unwrap(GraphFromJsonDocument(FromPython(document)));
+        // JSON text takes the fast reader (as `partition`); a dict is walked through nlohmann's DOM.
+        std::unique_ptr<Graph> graph = py::isinstance<py::str>(document)
+                                           ? Parse(document.cast<std::string>())
+                                           : Unwrap(GraphFromJsonDocument(FromPython(document.cast<py::dict>())));
         Expected<std::vector<FrontPoint>> front = Status::Internal("not run");
         {
           py::gil_scoped_release release;

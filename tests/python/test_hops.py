@@ -10,11 +10,10 @@ import warnings
 
 import pytest
 import torch
-from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 import fxremat
-from fxremat.testing.verify import random_primals, random_tangents
+from fxremat.testing.verify import capturing_backend, random_primals, random_tangents
 
 
 @torch.library.custom_op("fxremat_hop_test::scale_", mutates_args=("buf",))
@@ -168,28 +167,11 @@ def test_backend_trains_like_eager(name, compiler, capfd):
         assert capfd.readouterr().out.count("fxremat-effect") == 1
 
 
-def _capturing_backend():
-    """(joints, backend): a torch.compile backend that records each joint graph
-    AOTAutograd hands the partitioner (a copy, with its keyword arguments) and
-    partitions it with PyTorch's min cut."""
-    joints = []
-
-    def capture(joint, inputs, **kw):
-        joints.append((copy.deepcopy(joint), kw))
-        return min_cut_rematerialization_partition(joint, inputs, **kw)
-
-    def backend(gm, example_inputs):
-        return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g,
-                                     partition_fn=capture)
-
-    return joints, backend, capture
-
-
 def _joints(name):
     """The joint graphs AOTAutograd hands the partitioner for this program, each with
     its keyword arguments (captured beside PyTorch's min cut)."""
     model, x = _make(name)
-    joints, backend, _ = _capturing_backend()
+    joints, backend, _ = capturing_backend()
 
     torch._dynamo.reset()
     with warnings.catch_warnings():
@@ -363,7 +345,7 @@ def test_backward_state_joint_cannot_be_written_to_a_file(tmp_path):
     the joint graph stays in process (the writer says which node)."""
     from torch._dynamo import compiled_autograd
 
-    joints, backend, _ = _capturing_backend()
+    joints, backend, _ = capturing_backend()
 
     torch._dynamo.reset()
     model = Hooked()
@@ -415,7 +397,7 @@ def test_auto_functionalized_keeps_the_mutation_rule():
     _assert_same_step(got, want)
 
     torch._dynamo.reset()
-    joints, backend, _ = _capturing_backend()
+    joints, backend, _ = capturing_backend()
 
     torch.compile(ReadsBeforeMutation(), backend=backend)(x)  # the joint graph is traced at the first call
     (joint, kw), = joints
@@ -439,7 +421,7 @@ def test_backward_effect_token_through_the_format_and_cli(repo_root, tmp_path):
     def nop(g, _):
         return g
 
-    joints, _, capture = _capturing_backend()
+    joints, _, capture = capturing_backend()
     torch.manual_seed(0)
     x = torch.randn(4, 4)
     aot_function(torch.linalg.eigvals, nop, nop, partition_fn=capture)(x.clone().requires_grad_())

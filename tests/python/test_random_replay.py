@@ -14,11 +14,11 @@ from functools import partial
 import pytest
 import torch
 from torch._guards import TracingContext, detect_fake_mode, tracing
-from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 import fxremat
+from fxremat.testing.verify import capturing_backend
 
 RUN_AND_SAVE = torch.ops.higher_order.run_and_save_rng_state
 RUN_WITH = torch.ops.higher_order.run_with_rng_state
@@ -107,16 +107,7 @@ def test_backend_under_inductor_equals_pytorch():
 
 
 def _joints(fn):
-    joints = []
-
-    def capture(joint, inputs, **kw):
-        joints.append((copy.deepcopy(joint), kw))
-        return min_cut_rematerialization_partition(joint, inputs, **kw)
-
-    def backend(gm, example_inputs):
-        return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g,
-                                     partition_fn=capture)
-
+    joints, backend, _ = capturing_backend()
     torch._dynamo.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -220,3 +220,25 @@ def integer_input_ranges(gm: "torch.fx.GraphModule") -> dict[str, tuple[int, int
     facts = gm.meta.get("fxremat", {}) if isinstance(getattr(gm, "meta", None), dict) else {}
     doc = to_json(gm, kind=facts.get("kind"), constants="reference")
     return {k: (int(lo), int(hi)) for k, (lo, hi) in _extension().integer_input_ranges(doc).items()}
+
+
+def capturing_backend():
+    """``(joints, backend, capture)``: a ``torch.compile`` backend that records each joint
+    graph AOTAutograd hands the partitioner (a deep copy, with its keyword arguments) and
+    partitions it with PyTorch's min cut; ``capture`` is that partition function."""
+    import copy
+
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    joints: list = []
+
+    def capture(joint, inputs, **kw):
+        joints.append((copy.deepcopy(joint), kw))
+        return min_cut_rematerialization_partition(joint, inputs, **kw)
+
+    def backend(gm, example_inputs):
+        return aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g,
+                                     partition_fn=capture)
+
+    return joints, backend, capture
