@@ -2,12 +2,16 @@
 #include "passes/budget_partition.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -315,7 +319,10 @@ class BudgetSolver {
     for (const Node* n : saved) key[n->index() / 8] = static_cast<char>(key[n->index() / 8] | (1 << (n->index() % 8)));
     for (const Node* n : offloaded)
       key[bits + n->index() / 8] = static_cast<char>(key[bits + n->index() / 8] | (1 << (n->index() % 8)));
-    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex_);
+      if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    }
     ++evaluations_;
     FXREMAT_ASSIGN_OR_RETURN(Partition p, Emit(saved, offloaded));
     FXREMAT_ASSIGN_OR_RETURN(PeakEstimate e, SimulatePeak(p, options_.peak_model));
@@ -325,7 +332,10 @@ class BudgetSolver {
     ev.offloaded_bytes = p.signature.offloadedBytes();
     ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte) +
               offload_cost_per_byte_ * static_cast<double>(ev.offloaded_bytes);
-    cache_.emplace(std::move(key), ev);
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex_);
+      cache_.emplace(std::move(key), ev);  // a twin computed meanwhile by another thread is equal
+    }
     return ev;
   }
 
@@ -951,6 +961,15 @@ class BudgetSolver {
                       p.signature.savedBytes(), fmt::format("recomputed: {}", fmt::join(recomputed, ", "))};
   }
 
+  // Note [Threads in the front]: PeakFront solves its budgets in parallel.
+  // Choose only reads the solver's state, but for its evaluation cache (a
+  // mutex) and two caches the joint graph fills on first use, filled here
+  // beforehand: the name index and each node's op facts.
+  void PrepareForThreads() const {
+    (void)g_.findNode("");
+    for (const auto& up : g_.nodes()) (void)up->opInfo();
+  }
+
   const Candidate& minCut() const { return min_cut_; }
   const std::vector<Candidate>& candidates() const { return candidates_; }
   int64_t evaluations() const { return evaluations_; }
@@ -968,7 +987,8 @@ class BudgetSolver {
   Candidate min_cut_;
   std::vector<Node*> pool_, movable_;
   std::unordered_map<std::string, Evaluation> cache_;
-  int64_t evaluations_ = 0;
+  std::mutex cache_mutex_;  // Note [Threads in the front]
+  std::atomic<int64_t> evaluations_{0};
   double offload_cost_per_byte_ = 0;  // 0: offload is not a choice (Note [Offload in the budget])
 };
 
@@ -1003,11 +1023,39 @@ Expected<std::vector<FrontPoint>> PeakFront(const Graph& prepared, const MinCutO
   for (const auto& c : solver.candidates())
     front.push_back({c.ev.peak, c.ev.cost, c.ev.saved_bytes, c.label});
   const int64_t lo = solver.SmallestPeak(), hi = std::max(lo, solver.minCut().ev.peak);
+  std::vector<double> fractions;
+  std::vector<int64_t> targets;
   for (int i = 0; i < points; ++i) {
-    const double f = points == 1 ? 0.0 : i / double(points - 1);
-    const int64_t target = lo + static_cast<int64_t>(std::floor(f * static_cast<double>(hi - lo)));
-    FXREMAT_ASSIGN_OR_RETURN(auto chosen, solver.Choose(target));
-    front.push_back({chosen.ev.peak, chosen.ev.cost, chosen.ev.saved_bytes, fmt::format("budget {:.2f}", f)});
+    fractions.push_back(points == 1 ? 0.0 : i / double(points - 1));
+    targets.push_back(lo + static_cast<int64_t>(std::floor(fractions.back() * static_cast<double>(hi - lo))));
+  }
+  // Note [Threads in the front]: the budgets are independent problems over the
+  // same candidates; up to 4 threads solve them (at most the machine's cores, or
+  // the environment's FXREMAT_THREADS; one with the MILP, whose solver library
+  // is not known to be thread-safe). Each answer is what a single thread finds:
+  // the shared cache only memoizes evaluations (tests/python/test_budget.py
+  // compares the two).
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (const char* env = std::getenv("FXREMAT_THREADS")) {
+    const long asked = std::strtol(env, nullptr, 10);
+    if (asked >= 1) cores = static_cast<unsigned>(std::min(asked, 64L));
+  }
+  const unsigned threads = options.budget_milp_max_variables > 0 ? 1u
+                                                                  : std::min({cores, 4u, static_cast<unsigned>(points)});
+  std::vector<std::optional<Expected<BudgetSolver::Candidate>>> chosen(static_cast<size_t>(points));
+  std::atomic<int> next{0};
+  auto work = [&] {
+    for (int i; (i = next++) < points;) chosen[static_cast<size_t>(i)] = solver.Choose(targets[static_cast<size_t>(i)]);
+  };
+  solver.PrepareForThreads();
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (int i = 0; i < points; ++i) {
+    Expected<BudgetSolver::Candidate>& c = *chosen[static_cast<size_t>(i)];
+    if (!c.ok()) return c.status();
+    front.push_back({c->ev.peak, c->ev.cost, c->ev.saved_bytes, fmt::format("budget {:.2f}", fractions[static_cast<size_t>(i)])});
   }
   return front;
 }

@@ -121,6 +121,22 @@ def test_cli_budget_pareto_and_verify(tmp_path):
     assert (tmp_path / "front.svg").read_text().startswith("<svg")
 
 
+@pytest.mark.parametrize("path", [LLAMA] + FILES[-6:-1])
+def test_the_threaded_front_is_the_single_threaded_one(path, tmp_path):
+    """Note [Threads in the front]: the budgets solved by worker threads give exactly
+    the front one thread gives (the threads share only an evaluation cache)."""
+    cli = os.path.join(REPO, "build", "fxremat")
+    fronts = []
+    for threads in ("1", "4"):
+        env = dict(os.environ, FXREMAT_THREADS=threads)
+        out = tmp_path / f"front_{threads}.json"
+        done = subprocess.run([cli, "pareto", path, "--points", "8", "-o", str(out)], capture_output=True, text=True,
+                              env=env)
+        assert done.returncode == 0, done.stderr
+        fronts.append(out.read_text())
+    assert fronts[0] == fronts[1]
+
+
 def test_python_pareto_matches_cli_and_plots(tmp_path):
     joint = fxremat.load(LLAMA)
     front = fxremat.pareto(joint, points=3, plot=tmp_path / "front.png")
