@@ -55,7 +55,7 @@ except ImportError:  # not pip-installed (yet): use the source tree
     sys.path.insert(0, str(REPO / "python"))
 
 # Targets from the benchmark's issue, checked in the report.
-TARGET_SOLVER_SPEEDUP = 100.0   # on graphs of >= 10k nodes
+TARGET_PASS_SPEEDUP = 100.0     # the whole in-process pass, on graphs of >= 10k nodes (issue 11)
 TARGET_CLI_SPEEDUP = 20.0       # on graphs of >= 10k nodes
 TARGET_1M_SECONDS = 2.0
 LARGE = 10_000
@@ -427,11 +427,20 @@ def evaluate_targets(rows: list[dict], meta: dict) -> list[str]:
     out = []
     big = [r for r in rows if r["nodes"] >= LARGE and r.get("torch_median_ms")]
     if big:
+        # Like with like: PyTorch's partition (it builds both GraphModules) against
+        # fxremat's whole pass; the solver alone is information, not the target.
+        def pass_speedup(r: dict) -> float:
+            return r["torch_median_ms"] / r["partition_median_ms"]
+
+        worst = min(big, key=pass_speedup)
+        ok = pass_speedup(worst) >= TARGET_PASS_SPEEDUP
+        out.append(f"Whole in-process pass ≥ {TARGET_PASS_SPEEDUP:.0f}× faster than PyTorch's partition on graphs ≥ "
+                   f"{LARGE:,} nodes: {'**met**' if ok else '**not met**'} (lowest {fmt_ratio(pass_speedup(worst))}, "
+                   f"`{worst['name']}`; over {len(big)} graphs where PyTorch ran; "
+                   + ", ".join(f"`{r['name']}` {fmt_ratio(pass_speedup(r))}" for r in big) + ").")
         worst = min(big, key=lambda r: r["solver_speedup"])
-        ok = worst["solver_speedup"] >= TARGET_SOLVER_SPEEDUP
-        out.append(f"Solver ≥ {TARGET_SOLVER_SPEEDUP:.0f}× faster than PyTorch on graphs ≥ {LARGE:,} nodes: "
-                   f"{'**met**' if ok else '**not met**'} (lowest {fmt_ratio(worst['solver_speedup'])}, "
-                   f"`{worst['name']}`; over {len(big)} graphs where PyTorch ran).")
+        out.append(f"For information, the solver alone: lowest {fmt_ratio(worst['solver_speedup'])} faster than "
+                   f"PyTorch's whole partition (`{worst['name']}`).")
         worst = min(big, key=lambda r: r["cli_speedup"])
         ok = worst["cli_speedup"] >= TARGET_CLI_SPEEDUP
         out.append(f"Whole CLI path ≥ {TARGET_CLI_SPEEDUP:.0f}× faster than PyTorch on graphs ≥ {LARGE:,} nodes: "
