@@ -121,13 +121,7 @@ Expected<bool> FunctionalizeRng(Partition& p) {
     Node* state_in = bw.createNodeBefore(before, OpKind::kPlaceholder, state_name, state_name);
     state_in->setRole(PlaceholderRole::kSaved);
     state_in->val() = state_facts;
-    Node* replay = bw.createNodeBefore(b, OpKind::kCallFunction, bw.uniqueName(op_name + "_replayed"), kRunWith,
-                                       WithOp({Argument::NodeRef(state_in)}, *b), b->kwargs());
-    replay->val() = b->val();
-    replay->meta() = b->meta();
-    bw.replaceAllUsesWith(b, replay);
-    bw.eraseNode(b);
-    bw.renameNode(replay, op_name);
+    ReplaceNode(bw, b, b, kRunWith, WithOp({Argument::NodeRef(state_in)}, *b), b->kwargs());
 
     SavedValue v;
     v.name = state_name;

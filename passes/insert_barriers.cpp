@@ -42,15 +42,7 @@ size_t Find(std::vector<size_t>& parent, size_t i) {
 // Moves `node` (which reads only placeholders) right before `anchor`, keeping its
 // name, facts and uses.
 Node* MoveBefore(Graph& g, Node* node, Node* anchor) {
-  const std::string name = node->name();
-  Node* copy = g.createNodeBefore(anchor, node->op(), g.uniqueName(name + "_moved"), node->target(), node->args(),
-                                  node->kwargs());
-  copy->val() = node->val();
-  copy->meta() = node->meta();
-  g.replaceAllUsesWith(node, copy);
-  g.eraseNode(node);
-  g.renameNode(copy, name);
-  return copy;
+  return ReplaceNode(g, node, anchor, node->target(), node->args(), node->kwargs());
 }
 
 }  // namespace

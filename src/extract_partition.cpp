@@ -22,6 +22,18 @@ bool IsAnnotationOp(std::string_view target) {
 // runs inside torch.compile's tracing context (Inductor's fallback_random off).
 bool IsImpure(const Node& n) { return n.isCallFunction() && IsFxImpure(n, /*impure_random=*/false); }
 
+Node* ReplaceNode(Graph& g, Node* old, Node* anchor, std::string target, std::vector<Argument> args, Kwargs kwargs) {
+  const std::string name = old->name();
+  Node* made = g.createNodeBefore(anchor, OpKind::kCallFunction, g.uniqueName(name + "_replaced"), std::move(target),
+                                  std::move(args), std::move(kwargs));
+  made->val() = old->val();
+  made->meta() = old->meta();
+  g.replaceAllUsesWith(old, made);
+  g.eraseNode(old);
+  g.renameNode(made, name);
+  return made;
+}
+
 std::string AnnotationName(const Node& n) {
   auto name_of = [](const Node& op) -> std::string {
     if (op.args().size() >= 2 && op.args()[1].kind == Argument::Kind::kString) return op.args()[1].text;

@@ -66,6 +66,11 @@ std::string AnnotationName(const Node& n);
 // Registers op facts for a target the passes create (aten._to_copy, the xla
 // transfer and barrier ops) unless the graph already has facts for it, so that
 // emitted documents are complete without the dispatcher.
+// Replaces `old` by a new call_function node made right before `anchor` from
+// `target`, `args` and `kwargs`, which takes over old's name, facts, meta and
+// uses (a node moved, or rewritten as another op).
+Node* ReplaceNode(Graph& g, Node* old, Node* anchor, std::string target, std::vector<Argument> args, Kwargs kwargs);
+
 void EnsureOpFacts(Graph& g, const std::string& target, const std::string& schema,
                    std::vector<std::string> tags, std::vector<std::string> packet_tags = {});
 
