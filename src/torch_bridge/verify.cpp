@@ -29,6 +29,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty_strided.h>
@@ -1258,6 +1259,26 @@ std::string ReportLine(const std::string& what, const Comparison& c) {
 
 // Restores the default CPU generator's state on scope exit: verification
 // reseeds it, and a caller's RNG stream should not notice.
+// Runs libtorch's kernels on one intra-op thread for the guard's life (and
+// restores the caller's setting): with several threads, reductions on a busy
+// machine can sum in different orders from run to run (measured: gpt2_2l's
+// gradients off by 4e-5 in 1 run of 10 on 2 cores under load), and verify must
+// give the same verdict every time.
+class SingleThreadGuard {
+ public:
+  SingleThreadGuard() : before_(at::get_num_threads()) {
+    if (before_ != 1) at::set_num_threads(1);
+  }
+  SingleThreadGuard(const SingleThreadGuard&) = delete;
+  SingleThreadGuard& operator=(const SingleThreadGuard&) = delete;
+  ~SingleThreadGuard() {
+    if (before_ != 1) at::set_num_threads(before_);
+  }
+
+ private:
+  int before_;
+};
+
 class CpuRngStateGuard {
  public:
   CpuRngStateGuard() : gen_(at::detail::getDefaultCPUGenerator()) {
@@ -1565,6 +1586,7 @@ Expected<VerifyReport> VerifyPartition(const Graph& joint, const Graph& forward,
                                        const Signature& signature, const VerifyOptions& options) {
   try {
     CpuRngStateGuard rng_state;
+    SingleThreadGuard one_thread;
     return VerifyPartitionImpl(joint, forward, backward, signature, options);
   } catch (const std::exception& e) {
     // Ops are guarded one by one; this catches the rest (input building, comparison).
