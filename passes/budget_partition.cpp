@@ -182,10 +182,7 @@ class BudgetSolver {
     FXREMAT_ASSIGN_OR_RETURN(c_, ClassifyJoint(g_));
     // Note [Offload in the budget]: only a step on an accelerator has a host to
     // offload to.
-    bool on_accelerator = false;
-    for (const auto& up : g_.nodes())
-      on_accelerator = on_accelerator || (up->val().is_tensor() && up->val().tensor.device != "cpu");
-    if (options_.offload_bandwidth_gbps > 0 && on_accelerator)
+    if (options_.offload_bandwidth_gbps > 0 && MainDevice(g_) != "cpu")
       offload_cost_per_byte_ = 2.0 * options_.recompute_flops_per_byte * options_.device_memory_bandwidth_gbps /
                                options_.offload_bandwidth_gbps;
     const size_t n = g_.size();
@@ -316,9 +313,12 @@ class BudgetSolver {
     // searches from the same candidates): each set is emitted once.
     const size_t bits = g_.size() / 8 + 1;
     std::string key(offloaded.empty() ? bits : 2 * bits, '\0');
-    for (const Node* n : saved) key[n->index() / 8] = static_cast<char>(key[n->index() / 8] | (1 << (n->index() % 8)));
-    for (const Node* n : offloaded)
-      key[bits + n->index() / 8] = static_cast<char>(key[bits + n->index() / 8] | (1 << (n->index() % 8)));
+    auto mark = [&key](size_t offset, const Node* n) {
+      char& byte = key[offset + n->index() / 8];
+      byte = static_cast<char>(byte | (1 << (n->index() % 8)));
+    };
+    for (const Node* n : saved) mark(0, n);
+    for (const Node* n : offloaded) mark(bits, n);
     {
       std::lock_guard<std::mutex> lock(cache_mutex_);
       if (auto it = cache_.find(key); it != cache_.end()) return it->second;
@@ -349,8 +349,7 @@ class BudgetSolver {
     FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.forward).status());
     FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.backward).status());
     if (!offloaded.empty()) {
-      for (SavedValue& v : p.signature.saved)
-        for (const Node* n : offloaded) v.offloaded = v.offloaded || v.name == n->name();
+      MarkOffloadedValues(p, offloaded);
       FXREMAT_RETURN_IF_ERROR(EmitOffload(p, OffloadTarget::kTorch).status());
     }
     return p;

@@ -43,9 +43,9 @@ std::vector<Argument> WithOp(std::vector<Argument> head, const Node& random_op) 
 
 // A name free in both graphs (and so in the joint graph's namespace as
 // partition_fn sees it: the emitted graphs hold every joint name they use).
-std::string FreshName(const Graph& fw, const Graph& bw, const Graph* also, std::string base) {
+std::string FreshName(const Graph& fw, const Graph& bw, std::string base) {
   std::string name = base;
-  for (int k = 1; fw.findNode(name) || bw.findNode(name) || (also && also->findNode(name)); ++k)
+  for (int k = 1; fw.findNode(name) || bw.findNode(name); ++k)
     name = fmt::format("{}_{}", base, k);
   return name;
 }
@@ -82,7 +82,7 @@ Expected<bool> FunctionalizeRng(Partition& p) {
     const std::string device = RandomOpDevice(*f);
     const ValueFacts state_facts = RngStateFacts(device);
     const std::string op_name = f->name();
-    const std::string state_name = FreshName(fw, bw, nullptr, "rng_state_" + op_name);
+    const std::string state_name = FreshName(fw, bw, "rng_state_" + op_name);
 
     // Forward: (state, result) = run_and_save_rng_state(op, *args); the result
     // takes over the op's name and uses.
@@ -94,14 +94,7 @@ Expected<bool> FunctionalizeRng(Partition& p) {
     Node* state = fw.createNodeBefore(f, OpKind::kCallFunction, state_name, "_operator.getitem",
                                       {Argument::NodeRef(run), Argument::Int(0)});
     state->val() = state_facts;
-    const std::string temp = fw.uniqueName(op_name + "_replayed");
-    Node* result = fw.createNodeBefore(f, OpKind::kCallFunction, temp, "_operator.getitem",
-                                       {Argument::NodeRef(run), Argument::Int(1)});
-    result->val() = f->val();
-    result->meta() = f->meta();
-    fw.replaceAllUsesWith(f, result);
-    fw.eraseNode(f);
-    fw.renameNode(result, op_name);
+    Node* result = ReplaceNode(fw, f, f, "_operator.getitem", {Argument::NodeRef(run), Argument::Int(1)}, {});
 
     // The state is a forward output among the saved tensors.
     Node* fw_output = fw.outputNode();

@@ -748,8 +748,7 @@ Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_
     FXREMAT_ASSIGN_OR_RETURN(BudgetSolution budget, SolvePeakBudget(g, options));
     FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, budget.saved_values, "mincut"));
     MarkOffloaded(p);
-    for (SavedValue& v : p.signature.saved)  // Note [Offload in the budget]
-      for (const Node* n : budget.offloaded_values) v.offloaded = v.offloaded || v.name == n->name();
+    MarkOffloadedValues(p, budget.offloaded_values);  // Note [Offload in the budget]
     // Note [Saved-value rules]: the solver's own rule; the pipeline puts the
     // rules that take precedence (inputs, policies, forced saves) over it.
     for (SavedValue& v : p.signature.saved) v.rule = "budget: " + budget.label;

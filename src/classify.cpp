@@ -84,6 +84,10 @@ bool RandomOpReplayable(const Node& n) {
   return device == "cpu" || device == "cuda";
 }
 
+std::string UnreplayableReason(const Node& n) {
+  return fmt::format("its device ('{}') has no generator state fxremat can replay (cpu, cuda)", RandomOpDevice(n));
+}
+
 bool RandomOpMustBeSaved(const Node& n) {
   const Node* op = n.isGetItem() && !n.inputs().empty() ? n.inputs()[0] : &n;
   if (!IsRandomOp(*op)) return false;
@@ -111,8 +115,8 @@ Expected<bool> HasRecomputableOps(const Graph& graph) {
     if (up->meta().recompute == "MUST_RECOMPUTE" && IsRandomOp(*up) && !RandomOpReplayable(*up))
       return Status::BadInput(
           fmt::format("the random op {} is marked {}: recomputing it in the backward would draw different random "
-                      "numbers, and its device ('{}') has no generator state fxremat can replay (cpu, cuda)",
-                      up->target(), up->meta().recompute, RandomOpDevice(*up)),
+                      "numbers, and {}",
+                      up->target(), up->meta().recompute, UnreplayableReason(*up)),
           fmt::format("node '{}'", up->name()));
   }
   return found;

@@ -2,6 +2,7 @@
 // values, the way the reference's _extract_fwd_bwd_modules does, and the
 // Signature that states every position (Note [AOTAutograd runtime contract]).
 #include <algorithm>
+#include <unordered_set>
 #include <cassert>
 
 #include <fmt/format.h>
@@ -21,6 +22,13 @@ bool IsAnnotationOp(std::string_view target) {
 // FX's notion (Node.is_impure) with random ops pure, as eliminate_dead_code
 // runs inside torch.compile's tracing context (Inductor's fallback_random off).
 bool IsImpure(const Node& n) { return n.isCallFunction() && IsFxImpure(n, /*impure_random=*/false); }
+
+void MarkOffloadedValues(Partition& p, const std::vector<Node*>& values) {
+  if (values.empty()) return;
+  std::unordered_set<std::string_view> names;
+  for (const Node* n : values) names.insert(n->name());
+  for (SavedValue& v : p.signature.saved) v.offloaded = v.offloaded || names.count(v.name) > 0;
+}
 
 Node* ReplaceNode(Graph& g, Node* old, Node* anchor, std::string target, std::vector<Argument> args, Kwargs kwargs) {
   const std::string name = old->name();
@@ -110,10 +118,8 @@ NodeSides ClassifySides(const Graph& joint) {
 }
 
 Expected<SubgraphPlan> PlanSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
-                                    const std::vector<Node*>& outputs, Subgraph which,
-                                    const NodeSides* sides) {
-  const std::vector<bool>* elsewhere =
-      sides ? (which == Subgraph::kForward ? &sides->backward_only : &sides->forward_only) : nullptr;
+                                    const std::vector<Node*>& outputs, Subgraph which, const NodeSides& sides) {
+  const std::vector<bool>& elsewhere = which == Subgraph::kForward ? sides.backward_only : sides.forward_only;
   const size_t n = joint.size();
   SubgraphPlan plan;
   plan.is_input.assign(n, false);
@@ -124,9 +130,7 @@ Expected<SubgraphPlan> PlanSubgraph(const Graph& joint, const std::vector<Node*>
     const Node& node = *up;
     const size_t i = node.index();
     if (plan.is_input[i] || node.isPlaceholder() || node.isOutput()) continue;
-    if (elsewhere ? (*elsewhere)[i]
-                  : (which == Subgraph::kForward ? MustBeInBackward(node) : MustBeInForward(node)))
-      continue;
+    if (elsewhere[i]) continue;
     bool ok = true;
     for (Node* input : node.inputs())
       if (!plan.valid[input->index()]) { ok = false; break; }
@@ -144,7 +148,7 @@ Expected<SubgraphPlan> PlanSubgraph(const Graph& joint, const std::vector<Node*>
   for (size_t i = n; i-- > 0;) {
     const Node& node = *joint.nodes()[i];
     if (!plan.valid[i]) continue;
-    bool keep = plan.live[i] || (sides ? sides->impure[i] : node.isCallFunction() && IsImpure(node));
+    bool keep = plan.live[i] || sides.impure[i];
     // An input does not read its joint-graph arguments: it becomes a placeholder.
     for (size_t u = 0, m = node.users().size(); u < m && !keep; ++u) {
       const size_t j = node.users()[u]->index();
@@ -166,7 +170,7 @@ std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*
 Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                                  const std::vector<PlaceholderRole>& input_roles,
                                                  const std::vector<Node*>& outputs, Subgraph which,
-                                                 const NodeSides* sides) {
+                                                 const NodeSides& sides) {
   FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan plan, PlanSubgraph(joint, inputs, outputs, which, sides));
   return BuildSubgraph(joint, inputs, input_roles, outputs, which, plan);
 }
@@ -269,7 +273,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
   backward_inputs(bw_inputs, bw_roles);
   const NodeSides& sides = c.sides;
   FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan probe,
-                           PlanSubgraph(joint, bw_inputs, c.backward_outputs, Subgraph::kBackward, &sides));
+                           PlanSubgraph(joint, bw_inputs, c.backward_outputs, Subgraph::kBackward, sides));
   // Saved values the backward does not read are dropped, as the reference does.
   auto unused = [&](Node* s) {
     for (Node* user : s->users())
@@ -299,13 +303,13 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
 
   Partition result;
   FXREMAT_ASSIGN_OR_RETURN(result.forward,
-                           ExtractSubgraph(joint, fw_inputs, fw_roles, fw_outputs, Subgraph::kForward, &sides));
+                           ExtractSubgraph(joint, fw_inputs, fw_roles, fw_outputs, Subgraph::kForward, sides));
   backward_inputs(bw_inputs, bw_roles);
   if (probe_is_backward && !bindings_changed) {
     result.backward = BuildSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward, probe);
   } else {
     FXREMAT_ASSIGN_OR_RETURN(result.backward, ExtractSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs,
-                                                              Subgraph::kBackward, &sides));
+                                                              Subgraph::kBackward, sides));
   }
 
   Signature& sig = result.signature;

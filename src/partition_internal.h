@@ -36,6 +36,9 @@ std::string RandomOpDevice(const Node& n);
 // state is one torch's run_and_save_rng_state / run_with_rng_state read and set
 // (cpu, cuda). Note [Replaying random ops] in passes/functionalize_rng.h.
 bool RandomOpReplayable(const Node& n);
+// Why a random op's draw cannot be replayed, for messages: "its device ('xla')
+// has no generator state fxremat can replay (cpu, cuda)".
+std::string UnreplayableReason(const Node& n);
 // A random op (or a getitem of one) that must be saved rather than recomputed:
 // not tagged MUST_/PREFER_RECOMPUTE, or not replayable.
 bool RandomOpMustBeSaved(const Node& n);
@@ -50,14 +53,14 @@ enum class Subgraph { kForward, kBackward };
 // `inputs` (joint nodes, turned into placeholders in this order, keeping their
 // names) and returns `outputs` (nullptr = None), copying every joint node whose
 // arguments are all available, then removing dead code. An output that cannot
-// be computed from the inputs is a bad-input error naming it. `sides`, when
-// given, is ClassifySides(joint) (JointClassification::sides), made once for
-// every graph extracted from one joint graph.
+// be computed from the inputs is a bad-input error naming it. `sides` is
+// ClassifySides(joint) (JointClassification::sides), made once for every graph
+// extracted from one joint graph.
 NodeSides ClassifySides(const Graph& joint);
 Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                                  const std::vector<PlaceholderRole>& input_roles,
                                                  const std::vector<Node*>& outputs, Subgraph which,
-                                                 const NodeSides* sides = nullptr);
+                                                 const NodeSides& sides);
 
 // The name a naming op (xla.name_tensor, fxremat.checkpoint_name, ...) gives
 // this value: as the op's result or as its annotated input. Empty if none.
@@ -66,6 +69,10 @@ std::string AnnotationName(const Node& n);
 // Registers op facts for a target the passes create (aten._to_copy, the xla
 // transfer and barrier ops) unless the graph already has facts for it, so that
 // emitted documents are complete without the dispatcher.
+// Marks the saved values of `p` that these joint nodes are as offloaded (the
+// budget solver's choice, Note [Offload in the budget]).
+void MarkOffloadedValues(Partition& p, const std::vector<Node*>& values);
+
 // Replaces `old` by a new call_function node made right before `anchor` from
 // `target`, `args` and `kwargs`, which takes over old's name, facts, meta and
 // uses (a node moved, or rewritten as another op).

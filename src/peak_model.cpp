@@ -312,6 +312,8 @@ class GraphRun {
   std::vector<bool> inlined_;  // empty: the eager model
 };
 
+}  // namespace
+
 std::string MainDevice(const Graph& g) {
   for (const auto& up : g.nodes()) {
     const ValueFacts& v = up->val();
@@ -319,8 +321,6 @@ std::string MainDevice(const Graph& g) {
   }
   return "cpu";
 }
-
-}  // namespace
 
 Expected<PeakEstimate> SimulatePeak(const Partition& p, PeakModelKind kind) {
   const Graph& fw = *p.forward;

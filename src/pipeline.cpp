@@ -86,9 +86,8 @@ bool RandomOpSavedAsDrawn(Partition& p, const Node& op, const SavedValue& v) {
   if (v.decision.find("RECOMPUTE") == std::string::npos) return true;
   if (RandomOpReplayable(op)) return false;  // the partitioner chose to save it (a PREFER_RECOMPUTE weight)
   p.signature.notes.push_back(fmt::format(
-      "'{}' ({}) is tagged {} but is saved: its device ('{}') has no generator state fxremat can replay (cpu, "
-      "cuda); the saved value keeps the gradients exact, at {} bytes",
-      v.name, op.target(), v.decision, RandomOpDevice(op), v.bytes));
+      "'{}' ({}) is tagged {} but is saved: {}; the saved value keeps the gradients exact, at {} bytes", v.name,
+      op.target(), v.decision, UnreplayableReason(op), v.bytes));
   return true;
 }
 

@@ -660,9 +660,8 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
     // Rule 5: demands that cannot be honoured.
     if (result.decision == Decision::kMustRecompute && IsRandomOp(ProducerOf(n)) && !RandomOpReplayable(ProducerOf(n)))
       return Status::BadInput(fmt::format("value {}: MUST_RECOMPUTE ({}) cannot be honoured: it is a random op, "
-                                          "and its device ('{}') has no generator state fxremat can replay (cpu, "
-                                          "cuda): recomputing it would draw different numbers; save it instead",
-                                          Describe(n), result.source, RandomOpDevice(ProducerOf(n))),
+                                          "and {}: recomputing it would draw different numbers; save it instead",
+                                          Describe(n), result.source, UnreplayableReason(ProducerOf(n))),
                               fmt::format("node '{}'", n.name()));
     // A tuple is never saved itself; its getitems carry any offload.
     if (is_tuple && IsOffload(result.decision))

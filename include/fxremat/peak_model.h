@@ -79,6 +79,10 @@ struct FrontPoint {
   std::string label;  // "min cut", "inputs only", "segments of <= N B", "budget 0.25"
 };
 
+// The device whose memory a step's peak counts: the first tensor value's
+// device other than cpu, else "cpu" (then nothing is host memory).
+std::string MainDevice(const Graph& g);
+
 // Simulates p.forward then p.backward (Note [Peak model]). Errors only for a
 // partition whose graphs and signature disagree (an internal error).
 Expected<PeakEstimate> SimulatePeak(const Partition& p, PeakModelKind kind = PeakModelKind::kEager);
