@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/phases.h"
 #include "fxremat/ir.h"
 #include "fxremat/partition.h"
 #include "fxremat/serialize.h"
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
   std::vector<double> solver_ms, partition_ms;
   int64_t saved_bytes = -1, saved_count = -1, solver_saved = -1;
   std::string extra;
+  PhaseLog phases;
 
   if (partitioner == "default") {
     if (!max_flow.empty()) Usage("--max-flow applies to --partitioner mincut only");
@@ -165,6 +167,8 @@ int main(int argc, char** argv) {
     }
     if (solver_runs > 0) solver_saved = static_cast<int64_t>(last.saved_values.size());
     for (int r = 0; r < partition_runs; ++r) {
+      phases = PhaseLog();  // the last run's phases
+      ScopedPhaseLog phase_scope(&phases);
       const auto t0 = Clock::now();
       auto part = MinCutPartition(joint, options);
       const auto t1 = Clock::now();
@@ -183,10 +187,11 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &usage);
   std::cout << fmt::format(
                    R"({{"graph":{},"partitioner":{},"nodes":{},"repeat":{},"load_ms":{:.4f},"solver_ms":{},)"
-                   R"("partition_ms":{},"solver_saved_values":{},"saved_bytes":{},"saved_count":{},"max_rss_kb":{}{}}})",
+                   R"("partition_ms":{},"solver_saved_values":{},"saved_bytes":{},"saved_count":{},"max_rss_kb":{},)"
+                   R"("phases_ms":{}{}}})",
                    JsonString(path), JsonString(partitioner), joint.size(), repeat, Ms(t_load0, t_load1),
                    JsonList(solver_ms), JsonList(partition_ms), solver_saved, saved_bytes, saved_count,
-                   usage.ru_maxrss, extra)
+                   usage.ru_maxrss, phases.ToJson(), extra)
             << std::endl;
   return 0;
 }

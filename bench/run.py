@@ -80,8 +80,23 @@ def run_ours_inprocess(build: Path, graph: Path, repeat: int, partitioner: str, 
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def parse_phases(stderr: str) -> dict:
+    """The table FXREMAT_PHASES=1 prints: {phase: ms}."""
+    out = {}
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if line.split()[:3] == ["phase", "ms", "count"]:
+            for row in lines[i + 1:]:
+                parts = row.split()
+                if len(parts) == 3:
+                    out[parts[0]] = float(parts[1])
+            break
+    return out
+
+
 def run_ours_cli(build: Path, graph: Path, repeat: int, partitioner: str, max_flow: str | None) -> dict:
     times = []
+    phases = []
     saved_bytes = None
     with tempfile.TemporaryDirectory(prefix="fxremat-bench-") as tmp:
         for i in range(repeat):
@@ -90,18 +105,25 @@ def run_ours_cli(build: Path, graph: Path, repeat: int, partitioner: str, max_fl
             if max_flow:
                 cmd += ["--config", f"max_flow={max_flow}"]
             t0 = time.perf_counter()
-            r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            # FXREMAT_PHASES=1: the CLI prints each phase's time to stderr (fxremat/phases.h).
+            r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "FXREMAT_PHASES": "1"})
             t1 = time.perf_counter()
             if r.returncode != 0:
                 raise RuntimeError(f"{shlex.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
             times.append((t1 - t0) * 1000.0)
+            phases.append(parse_phases(r.stderr))
             sig = json.loads((out / "signature.json").read_text())
             saved_bytes = int(sig["saved_bytes"])
             saved_count = len(sig["saved"])
             for f in out.iterdir():  # keep /tmp small for the 2M-node graph
                 f.unlink()
             out.rmdir()
-    return dict(cli_ms=times, saved_bytes=saved_bytes, saved_count=saved_count, command=shlex.join(cmd))
+    # Per phase, the median over the runs.
+    names = [k for k in phases[0]] if phases else []
+    median_phases = {k: statistics.median(p.get(k, 0.0) for p in phases) for k in names}
+    return dict(cli_ms=times, saved_bytes=saved_bytes, saved_count=saved_count, command=shlex.join(cmd),
+                phases=median_phases)
 
 
 def _reference_saved(fw, num_fwd_outputs: int) -> tuple[int, int]:
@@ -406,6 +428,23 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
         add(f"| `{r['name']}` | {fmt_ms(r.get('load_ms'))} | {fmt_ms(rest) if rest > 0 else '≈ 0'} "
             f"| {fmt_ms(r.get('torch_load_median_ms'))} |")
     add("")
+    phase_rows = [r for r in rows if r.get("cli_phases")]
+    if phase_rows:
+        add("Where the CLI's time goes, by phase (medians, from `FXREMAT_PHASES=1 fxremat partition ...`, which")
+        add("times each phase with `fxremat/phases.h`). Phases nest: **prepare** includes the `find-*` / `has-*`")
+        add("checks and any preparation passes, **cut** includes classify, solve, extract and check-signature;")
+        add("**destroy-graph** is freeing the joint graph and the two emitted ones; the rest is process")
+        add("start-up, printing the summary and untimed glue.")
+        add("")
+        cols = ["read-file", "parse-json", "build-graph", "prepare", "find-common-subexpressions", "cut", "classify",
+                "solve-min-cut", "extract", "check-signature", "reorder-backward", "destroy-graph", "write-graph"]
+        add("| graph | " + " | ".join(cols) + " | CLI total |")
+        add("|---|" + "---:|" * (len(cols) + 1))
+        for r in phase_rows:
+            ph = r["cli_phases"]
+            add(f"| `{r['name']}` | " + " | ".join(fmt_ms(ph.get(c)) if c in ph else "–" for c in cols)
+                + f" | {fmt_ms(r['cli_median_ms'])} |")
+        add("")
     add("## Targets")
     add("")
     for line in meta["targets"]:
@@ -563,7 +602,7 @@ def main(argv=None) -> int:
         log(f"   ours: solver {fmt_ms(row['solver_median_ms'])}, pass {fmt_ms(row['partition_median_ms'])}, "
             f"saved {ours['saved_bytes']} B")
         cli = run_ours_cli(build, path, ns.repeat, ns.partitioner, ns.max_flow)
-        row.update(cli_ms=cli["cli_ms"], cli_median_ms=statistics.median(cli["cli_ms"]))
+        row.update(cli_ms=cli["cli_ms"], cli_median_ms=statistics.median(cli["cli_ms"]), cli_phases=cli["phases"])
         if cli["saved_bytes"] != ours["saved_bytes"]:
             notes.append(f"`{name}`: the CLI saved {cli['saved_bytes']} B but fxremat_bench {ours['saved_bytes']} B.")
         log(f"   CLI: {fmt_ms(row['cli_median_ms'])}")

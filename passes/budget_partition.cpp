@@ -18,6 +18,7 @@
 #include <fmt/ranges.h>
 
 #include "fxremat/peak_model.h"
+#include "fxremat/phases.h"
 #include "passes/emit_offload.h"
 #include "passes/functionalize_rng.h"
 #include "passes/min_cut_partition.h"
@@ -243,7 +244,7 @@ class BudgetSolver {
       const Node* tuple = node->isGetItem() && node->args()[0].is_node() ? node->args()[0].node : nullptr;
       const bool forced = RandomOpMustBeSaved(*node) || !node->meta().reads_mutated.empty() ||
                           (tuple && !tuple->meta().reads_mutated.empty()) || MustBeInForward(*node) ||
-                          (tuple && MustBeInForward(*tuple)) || node->meta().recompute == "MUST_SAVE";
+                          (tuple && MustBeInForward(*tuple)) || node->meta().recompute == Decision::kMustSave;
       if (forced) is_forced_[node->index()] = true;
     }
     return Status::Ok();
@@ -994,6 +995,7 @@ class BudgetSolver {
 }  // namespace
 
 Expected<BudgetSolution> SolvePeakBudget(const Graph& prepared, const MinCutOptions& options) {
+  ScopedPhase phase("solve-peak-budget");
   BudgetSolver solver(prepared, options);
   FXREMAT_RETURN_IF_ERROR(solver.Prepare());
   FXREMAT_RETURN_IF_ERROR(solver.BuildCandidates());

@@ -10,8 +10,8 @@ namespace fxremat {
 Expected<bool> CleanupRecomputeTags(Graph& graph, bool is_default_partition) {
   bool changed = false;
   auto make_must_save = [&](Node& n) {
-    if (n.meta().recompute != "MUST_SAVE") {
-      n.meta().recompute = "MUST_SAVE";
+    if (n.meta().recompute != Decision::kMustSave) {
+      n.meta().recompute = Decision::kMustSave;
       changed = true;
     }
   };

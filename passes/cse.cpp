@@ -2,12 +2,16 @@
 // functional graph except for mutating ops, which split it into regions that
 // are never merged across (the reference's mutation_region_id).
 #include "passes/cse.h"
+#include "fxremat/phases.h"
 
 #include "fxremat/op_categories.h"
 
 #include <algorithm>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -23,35 +27,56 @@ bool IsMutationOp(const Node& n) {
   return info && info->hasSchema() && info->schema.isMutable();
 }
 
-// A canonical text for an argument; node references by their representative.
-// Returns false for NaN, which never equals itself in the reference either.
-bool AppendKey(const Argument& a, std::string& key) {
+// Keys are binary: a tag byte per item, then a fixed-size payload (8 raw bytes)
+// or a length-prefixed one, so that two keys are equal exactly when the
+// arguments are. At a million nodes, formatting them as text cost a second.
+void AppendRaw(std::string& key, uint64_t bits) { key.append(reinterpret_cast<const char*>(&bits), sizeof(bits)); }
+void AppendTagged(std::string& key, char tag, uint64_t bits) {
+  key += tag;
+  AppendRaw(key, bits);
+}
+void AppendText(std::string& key, char tag, std::string_view text) {
+  AppendTagged(key, tag, text.size());
+  key.append(text);
+}
+uint64_t DoubleBits(double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof(bits));
+  return bits;
+}
+
+// Appends the canonical key of an argument; a node reference by the index of
+// its representative (`representative[i]`, or the node itself). Returns false
+// for NaN, which never equals itself in the reference either.
+bool AppendKey(const Argument& a, const std::vector<Node*>& representative, std::string& key) {
   switch (a.kind) {
-    case Argument::Kind::kNone: key += "N"; return true;
-    case Argument::Kind::kBool: key += a.int_value ? "T" : "F"; return true;
-    case Argument::Kind::kInt: key += fmt::format("i{}", a.int_value); return true;
+    case Argument::Kind::kNone: key += 'N'; return true;
+    case Argument::Kind::kBool: key += a.int_value ? 'T' : 'F'; return true;
+    case Argument::Kind::kInt: AppendTagged(key, 'i', static_cast<uint64_t>(a.int_value)); return true;
     case Argument::Kind::kDouble:
       if (std::isnan(a.double_value)) return false;
-      key += fmt::format("d{}", a.double_value);
+      AppendTagged(key, 'd', DoubleBits(a.double_value));
       return true;
-    case Argument::Kind::kString: key += fmt::format("s{}:{}", a.text.size(), a.text); return true;
-    case Argument::Kind::kNode: key += fmt::format("%{}", a.node->name()); return true;
+    case Argument::Kind::kString: AppendText(key, 's', a.text); return true;
+    case Argument::Kind::kNode: {
+      const Node* rep = representative[a.node->index()];
+      AppendTagged(key, '%', (rep ? rep : a.node)->index());
+      return true;
+    }
     case Argument::Kind::kList:
-      key += "[";
-      for (const Argument& item : a.list) {
-        if (!AppendKey(item, key)) return false;
-        key += ",";
-      }
-      key += "]";
+      AppendTagged(key, '[', a.list.size());
+      for (const Argument& item : a.list)
+        if (!AppendKey(item, representative, key)) return false;
       return true;
-    case Argument::Kind::kDType: key += fmt::format("t{}", a.int_value); return true;
-    case Argument::Kind::kDevice: key += "D" + a.text; return true;
-    case Argument::Kind::kLayout: key += "L" + a.text; return true;
-    case Argument::Kind::kMemoryFormat: key += "M" + a.text; return true;
-    case Argument::Kind::kOp: key += fmt::format("o{}:{}", a.text.size(), a.text); return true;
+    case Argument::Kind::kDType: AppendTagged(key, 't', static_cast<uint64_t>(a.int_value)); return true;
+    case Argument::Kind::kDevice: AppendText(key, 'D', a.text); return true;
+    case Argument::Kind::kLayout: AppendText(key, 'L', a.text); return true;
+    case Argument::Kind::kMemoryFormat: AppendText(key, 'M', a.text); return true;
+    case Argument::Kind::kOp: AppendText(key, 'o', a.text); return true;
     case Argument::Kind::kComplex:
       if (std::isnan(a.double_value) || std::isnan(a.imag_value)) return false;
-      key += fmt::format("c{},{}", a.double_value, a.imag_value);
+      AppendTagged(key, 'c', DoubleBits(a.double_value));
+      AppendRaw(key, DoubleBits(a.imag_value));
       return true;
   }
   return false;
@@ -64,50 +89,50 @@ std::vector<std::pair<Node*, Node*>> FindDuplicates(const Graph& graph) {
   std::unordered_set<int64_t> output_storages;
   for (Node* o : graph.outputValues())
     if (o && o->val().is_tensor() && o->val().tensor.storage >= 0) output_storages.insert(o->val().tensor.storage);
-  std::unordered_map<std::string, Node*> seen;  // key -> first node (representative)
-  std::unordered_map<const Node*, Node*> representative;
+  // key -> first node (representative). The keys' bytes live in `key_bytes`,
+  // in chunks that never move: one allocation per megabyte, not per key.
+  std::unordered_map<std::string_view, Node*> seen;
+  seen.reserve(graph.size());
+  std::vector<std::unique_ptr<char[]>> key_bytes;
+  size_t chunk_used = 0, chunk_size = 0;
+  auto store = [&](const std::string& k) -> std::string_view {
+    if (chunk_size - chunk_used < k.size()) {
+      chunk_size = std::max<size_t>(k.size(), size_t{1} << 20);
+      key_bytes.emplace_back(new char[chunk_size]);
+      chunk_used = 0;
+    }
+    char* at = key_bytes.back().get() + chunk_used;
+    std::memcpy(at, k.data(), k.size());
+    chunk_used += k.size();
+    return {at, k.size()};
+  };
+  std::vector<Node*> representative(graph.size(), nullptr);  // by node index; null: itself
   std::vector<std::pair<Node*, Node*>> duplicates;
-  int64_t region = 0;
+  uint64_t region = 0;
   std::string key;
   for (const auto& up : graph.nodes()) {
     Node* n = up.get();
     if (IsMutationOp(*n)) ++region;
     if (!n->isCallFunction() || InRandOps(n->target()) || n->target().rfind("aten.empty.", 0) == 0) continue;
     if (n->val().is_tensor() && output_storages.count(n->val().tensor.storage)) continue;
-    key = fmt::format("{}#{}(", region, n->target());
+    key.clear();
+    AppendRaw(key, region);
+    AppendText(key, '#', n->target());
     bool hashable = true;
-    auto append = [&](const Argument& a) {
-      // Substitute merged nodes by their representative.
-      if (a.kind == Argument::Kind::kNode) {
-        auto it = representative.find(a.node);
-        Argument mapped = a;
-        if (it != representative.end()) mapped.node = it->second;
-        hashable = hashable && AppendKey(mapped, key);
-      } else if (a.kind == Argument::Kind::kList) {
-        key += "[";
-        for (const Argument& item : a.list) {
-          Argument mapped = item;
-          if (item.kind == Argument::Kind::kNode)
-            if (auto it = representative.find(item.node); it != representative.end()) mapped.node = it->second;
-          hashable = hashable && AppendKey(mapped, key);
-          key += ",";
-        }
-        key += "]";
-      } else {
-        hashable = hashable && AppendKey(a, key);
-      }
-      key += ",";
-    };
-    for (const Argument& a : n->args()) append(a);
-    key += ")";
+    AppendTagged(key, '(', n->args().size());
+    for (const Argument& a : n->args()) hashable = hashable && AppendKey(a, representative, key);
+    AppendTagged(key, '{', n->kwargs().size());
     for (const auto& [k, v] : n->kwargs()) {
-      key += k + "=";
-      append(v);
+      AppendText(key, '=', k);
+      hashable = hashable && AppendKey(v, representative, key);
     }
     if (!hashable) continue;
-    auto [it, inserted] = seen.emplace(key, n);
-    if (inserted) continue;
-    representative.emplace(n, it->second);
+    auto it = seen.find(key);
+    if (it == seen.end()) {
+      seen.emplace(store(key), n);
+      continue;
+    }
+    representative[n->index()] = it->second;
     duplicates.emplace_back(n, it->second);
   }
   return duplicates;
@@ -116,6 +141,7 @@ std::vector<std::pair<Node*, Node*>> FindDuplicates(const Graph& graph) {
 }  // namespace
 
 std::vector<Node*> FindCommonSubexpressions(const Graph& graph) {
+  ScopedPhase phase("find-common-subexpressions");
   std::vector<Node*> result;
   for (const auto& [duplicate, keep] : FindDuplicates(graph)) result.push_back(duplicate);
   return result;

@@ -43,8 +43,8 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
   size_t last_forward = 0;
   for (const auto& up : joint.nodes()) {
     const Node& n = *up;
-    if (n.meta().partitioner_tag == "is_forward") has_forward_tags = true;
-    if (n.meta().partitioner_tag == "is_forward" || n.role() == PlaceholderRole::kPrimal ||
+    if (n.meta().partitioner_tag == PartitionerTag::kIsForward) has_forward_tags = true;
+    if (n.meta().partitioner_tag == PartitionerTag::kIsForward || n.role() == PlaceholderRole::kPrimal ||
         n.role() == PlaceholderRole::kFwdRng)
       last_forward = n.index();
   }
@@ -77,7 +77,7 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
     }
     // A multi-output op's tuple is never saved; its getitems are.
     if (IsMultiOutput(*n)) continue;
-    if (n->meta().recompute == "MUST_SAVE") { add_unique(saved_values, n); continue; }
+    if (n->meta().recompute == Decision::kMustSave) { add_unique(saved_values, n); continue; }
     if (IsImpure(*n)) {
       if (has_recomputable_ops)
         return Status::BadInput(fmt::format("cannot apply activation checkpointing to a graph with the "

@@ -1,5 +1,6 @@
 // eliminate_dead_code (eliminate_dead_code.h).
 #include "passes/eliminate_dead_code.h"
+#include "fxremat/phases.h"
 
 #include <set>
 #include <string>
@@ -9,6 +10,7 @@
 namespace fxremat {
 
 std::vector<Node*> FindDeadCode(const Graph& graph) {
+  ScopedPhase phase("find-dead-code");
   const size_t n = graph.size();
   std::vector<size_t> live_users(n, 0);
   for (const auto& up : graph.nodes()) live_users[up->index()] = up->users().size();

@@ -1,5 +1,6 @@
 // force_saves (Note [Forced saves] in force_saves.h).
 #include "passes/force_saves.h"
+#include "fxremat/phases.h"
 
 #include <set>
 
@@ -58,30 +59,31 @@ void ForEachEffectfulResult(const Node& n, Fn&& fn) {
 }
 
 bool IsForwardEffect(const Node& n) {
-  return IsWithEffects(n) && !MustRecompute(n) && n.meta().partitioner_tag != "is_backward";
+  return IsWithEffects(n) && !MustRecompute(n) && n.meta().partitioner_tag != PartitionerTag::kIsBackward;
 }
 
 }  // namespace
 
 bool NeedsForcedSaves(const Graph& joint) {
+  ScopedPhase phase("needs-forced-saves");
   for (const auto& up : joint.nodes())
-    if (IsCollective(*up) && !MustRecompute(*up) && up->meta().recompute != "MUST_SAVE") return true;
+    if (IsCollective(*up) && !MustRecompute(*up) && up->meta().recompute != Decision::kMustSave) return true;
   for (const auto& up : joint.nodes()) {
     if (!IsForwardEffect(*up)) continue;
     bool unsaved = false;
-    ForEachEffectfulResult(*up, [&](const Node& r) { unsaved = unsaved || r.meta().recompute != "MUST_SAVE"; });
+    ForEachEffectfulResult(*up, [&](const Node& r) { unsaved = unsaved || r.meta().recompute != Decision::kMustSave; });
     if (unsaved) return true;
   }
   bool bw_copy = false;
-  ForEachTailCopy(joint, [&](const Node& n) { bw_copy = bw_copy || n.meta().partitioner_tag == "must_be_in_backward"; });
+  ForEachTailCopy(joint, [&](const Node& n) { bw_copy = bw_copy || n.meta().partitioner_tag == PartitionerTag::kMustBeInBackward; });
   return bw_copy;
 }
 
 Expected<bool> ForceSaves(Graph& joint) {
   bool changed = false;
   auto make_must_save = [&](Node& n) {
-    if (n.meta().recompute == "MUST_SAVE") return;
-    n.meta().recompute = "MUST_SAVE";
+    if (n.meta().recompute == Decision::kMustSave) return;
+    n.meta().recompute = Decision::kMustSave;
     changed = true;
   };
   for (const auto& up : joint.nodes())
@@ -92,8 +94,8 @@ Expected<bool> ForceSaves(Graph& joint) {
   std::vector<Node*> sources;
   ForEachTailCopy(joint, [&](const Node& n) {
     if (n.args().size() < 2 || !n.args()[0].is_node()) return;
-    if (n.meta().partitioner_tag == "must_be_in_backward") mutated_in_backward.insert(n.args()[0].node);
-    if (n.meta().partitioner_tag == "must_be_in_forward" && mutated_in_backward.count(n.args()[0].node) && n.args()[1].is_node())
+    if (n.meta().partitioner_tag == PartitionerTag::kMustBeInBackward) mutated_in_backward.insert(n.args()[0].node);
+    if (n.meta().partitioner_tag == PartitionerTag::kMustBeInForward && mutated_in_backward.count(n.args()[0].node) && n.args()[1].is_node())
       sources.push_back(n.args()[1].node);
   });
   for (Node* s : sources) make_must_save(*s);

@@ -47,6 +47,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/op_categories.h"
+#include "fxremat/phases.h"
 #include "fxremat/pass.h"
 #include "fxremat/pipeline.h"
 #include "fxremat/policy.h"
@@ -183,8 +184,8 @@ bool NetworkBuilder::IsMaterializedBackwards(const Node& node) const {
 
 const char* NetworkBuilder::ShouldBanRecomputation(const Node& node) const {
   if (!node.isCallFunction() || node.isGetItem()) return nullptr;
-  if (node.meta().recompute == "MUST_SAVE") return "marked MUST_SAVE";
-  if (node.meta().recompute == "MUST_CPU_OFFLOAD") return "marked MUST_CPU_OFFLOAD";
+  if (node.meta().recompute == Decision::kMustSave) return "marked MUST_SAVE";
+  if (node.meta().recompute == Decision::kMustOffload) return "marked MUST_CPU_OFFLOAD";
   const OpCategory& c = cat_[node.index()];
   if (options_.recompute_views && c.view) return nullptr;
   if (node.target() == "aten.lift_fresh_copy.default" || node.target() == "aten.lift_fresh.default") return nullptr;
@@ -286,11 +287,7 @@ void NetworkBuilder::ComputeNodeFacts() {
   }
   banned_.assign(n_, false);
   decision_.assign(n_, Decision::kNone);
-  for (const auto& up : joint_.nodes()) {
-    if (up->meta().recompute.empty()) continue;
-    auto d = DecisionFromName(up->meta().recompute);
-    if (d.ok()) decision_[up->index()] = *d;  // unknown tags were rejected by ApplyPolicy or are ignored
-  }
+  for (const auto& up : joint_.nodes()) decision_[up->index()] = up->meta().recompute;
   ban_used_far_apart_ = options_.ban_recompute_used_far_apart && !options_.aggressive_recomputation;
   ban_long_chains_ = options_.ban_recompute_long_fusible_chains && !options_.aggressive_recomputation;
   ban_materialized_ = options_.ban_recompute_materialized_backward && !options_.aggressive_recomputation;
@@ -612,6 +609,11 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
 
 Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& options) {
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
+  return SolveMinCut(joint, c, options);
+}
+
+Expected<MinCutSolution> SolveMinCut(const Graph& joint, const JointClassification& c, const MinCutOptions& options) {
+  ScopedPhase phase("solve-min-cut");
   if (options.budget_objective == "saved" && options.activation_memory_budget == 0.0) {
     MinCutSolution s;
     s.saved_values = c.primals;
@@ -725,6 +727,7 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassific
 }
 
 Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_options) {
+  ScopedPhase phase("cut");
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(g));
   FXREMAT_ASSIGN_OR_RETURN(const MinCutOptions options, ResolveRegionBudget(g, c, given_options));
   bool any_required_bw = false;
@@ -733,7 +736,7 @@ Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_
   if (!any_required_bw) {
     // Nothing depends on a tangent: as the reference, hand over to the default partition.
     FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(g));
-    return ExtractPartition(g, saved, "mincut");
+    return ExtractPartition(g, c, saved, "mincut");
   }
   if (options.budget_objective == "saved" &&
       ((options.activation_memory_budget != 0.0 && options.activation_memory_budget != 1.0) ||
@@ -746,7 +749,7 @@ Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_
   if (WantsPeakBudget(options)) {
     // Note [Peak budget]
     FXREMAT_ASSIGN_OR_RETURN(BudgetSolution budget, SolvePeakBudget(g, options));
-    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, budget.saved_values, "mincut"));
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, c, budget.saved_values, "mincut"));
     MarkOffloaded(p);
     MarkOffloadedValues(p, budget.offloaded_values);  // Note [Offload in the budget]
     // Note [Saved-value rules]: the solver's own rule; the pipeline puts the
@@ -757,11 +760,11 @@ Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_
     p.signature.peak = summary;
     return p;
   }
-  FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(g, options));
+  FXREMAT_ASSIGN_OR_RETURN(MinCutSolution solution, SolveMinCut(g, c, options));
   std::vector<Node*> saved;
   for (Node* n : solution.saved_values)
     if (!IsAssertOnlySymBool(*n)) saved.push_back(n);
-  FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, saved, "mincut"));
+  FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, c, saved, "mincut"));
   MarkOffloaded(p);
   return p;
 }

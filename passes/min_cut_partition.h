@@ -29,6 +29,9 @@ struct MinCutSolution {
 // bad-input error that lists the infinite path from source to sink with the
 // reason on each edge.
 Expected<MinCutSolution> SolveMinCut(const Graph& joint, const MinCutOptions& options);
+// The same with the joint's classification already made (one per pipeline run).
+Expected<MinCutSolution> SolveMinCut(const Graph& joint, const JointClassification& classification,
+                                     const MinCutOptions& options);
 
 // Note [Region budgets]
 // A joint graph may carry its own budget, as PyTorch's min cut reads it (torch

@@ -34,8 +34,8 @@ void Collect(const Graph& joint, const ValueFacts& val, std::set<std::string>& o
     case ValueFacts::Kind::kSymFloat:
     case ValueFacts::Kind::kSymBool: SymbolsOfExpr(joint, val.expr, out); break;
     case ValueFacts::Kind::kTensor:
-      for (const Dim& d : val.tensor.shape) SymbolsOfExpr(joint, d.expr, out);
-      for (const Dim& d : val.tensor.stride) SymbolsOfExpr(joint, d.expr, out);
+      for (const Dim& d : val.tensor.shape) SymbolsOfExpr(joint, d.expr.str(), out);
+      for (const Dim& d : val.tensor.stride) SymbolsOfExpr(joint, d.expr.str(), out);
       break;
     case ValueFacts::Kind::kTuple:
       for (const ValueFacts& item : val.items) Collect(joint, item, out);

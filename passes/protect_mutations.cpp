@@ -1,5 +1,6 @@
 // protect_mutations (Note [Mutated inputs] in protect_mutations.h).
 #include "passes/protect_mutations.h"
+#include "fxremat/phases.h"
 
 #include <limits>
 #include <vector>
@@ -79,10 +80,11 @@ std::vector<bool> NeededByBackward(const Graph& joint, const JointClassification
 }  // namespace
 
 bool HasForwardMutations(const Graph& joint) {
+  ScopedPhase phase("has-forward-mutations");
   for (const auto& up : joint.nodes()) {
     const Node& n = *up;
     if (n.isPlaceholder() && n.meta().mutated) return true;
-    if (!n.isCallFunction() || MustBeInBackward(n) || n.meta().partitioner_tag == "is_backward") continue;
+    if (!n.isCallFunction() || MustBeInBackward(n) || n.meta().partitioner_tag == PartitionerTag::kIsBackward) continue;
     const OpInfo* info = n.opInfo();
     if (info && info->hasSchema() && info->schema.isMutable()) return true;
   }
@@ -131,7 +133,7 @@ Status CheckMutationDemands(const Graph& joint) {
   const std::vector<bool> needed = NeededByBackward(joint, c);
   for (const auto& up : joint.nodes()) {
     const Node& n = *up;
-    if (n.meta().reads_mutated.empty() || n.meta().recompute != "MUST_RECOMPUTE" || !needed[n.index()]) continue;
+    if (n.meta().reads_mutated.empty() || n.meta().recompute != Decision::kMustRecompute || !needed[n.index()]) continue;
     return Status::BadInput(
         fmt::format("value '{}' is marked MUST_RECOMPUTE, but it reads '{}' before the forward overwrites it: {}. "
                     "Recomputed in the backward it would read the new data and give wrong gradients; save it "

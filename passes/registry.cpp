@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "fxremat/phases.h"
+
 #include "passes/cleanup_recompute_tags.h"
 #include "passes/cse.h"
 #include "passes/eliminate_dead_code.h"
@@ -84,12 +86,14 @@ const PartitionPass* FindPartitionPass(std::string_view name) {
 Expected<bool> RunGraphPass(std::string_view name, Graph& graph, const PassOptions& options) {
   const GraphPass* pass = FindGraphPass(name);
   if (!pass) return Status::Internal(fmt::format("no graph pass named '{}'", name));
+  ScopedPhase phase(pass->name);
   return pass->run(graph, options);
 }
 
 Expected<bool> RunPartitionPass(std::string_view name, Partition& partition, const PassOptions& options) {
   const PartitionPass* pass = FindPartitionPass(name);
   if (!pass) return Status::Internal(fmt::format("no partition pass named '{}'", name));
+  ScopedPhase phase(pass->name);
   return pass->run(partition, options);
 }
 

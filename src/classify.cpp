@@ -7,30 +7,31 @@
 #include <fmt/format.h>
 
 #include "fxremat/op_categories.h"
+#include "fxremat/phases.h"
 #include "fxremat/partition.h"
 #include "partition_internal.h"
 
 namespace fxremat {
 
 bool MustBeInBackward(const Node& n) {
-  if (n.meta().partitioner_tag == "must_be_in_backward") return true;
+  if (n.meta().partitioner_tag == PartitionerTag::kMustBeInBackward) return true;
   const OpInfo* info = n.opInfo();
   bool is_mutable = info && info->hasSchema() && info->schema.isMutable();
-  return n.meta().partitioner_tag == "is_backward" && is_mutable;
+  return n.meta().partitioner_tag == PartitionerTag::kIsBackward && is_mutable;
 }
 
 bool MustBeInForward(const Node& n) {
-  if (n.meta().partitioner_tag == "must_be_in_forward") return true;
+  if (n.meta().partitioner_tag == PartitionerTag::kMustBeInForward) return true;
   const OpInfo* info = n.opInfo();
   bool is_mutable = info && info->hasSchema() && info->schema.isMutable();
-  return n.meta().partitioner_tag != "is_backward" && n.meta().partitioner_tag != "must_be_in_backward" &&
+  return n.meta().partitioner_tag != PartitionerTag::kIsBackward && n.meta().partitioner_tag != PartitionerTag::kMustBeInBackward &&
          is_mutable;
 }
 
 bool IsSymNode(const Node& n) { return n.val().is_sym(); }
 
 bool MustRecompute(const Node& n) {
-  return n.meta().recompute == "MUST_RECOMPUTE" || n.meta().recompute == "PREFER_RECOMPUTE";
+  return n.meta().recompute == Decision::kMustRecompute || n.meta().recompute == Decision::kPreferRecompute;
 }
 
 namespace {
@@ -106,23 +107,25 @@ bool IsAssertOnlySymBool(const Node& n) {
 }
 
 Expected<bool> HasRecomputableOps(const Graph& graph) {
+  ScopedPhase phase("has-recomputable-ops");
   bool found = false;
   for (const auto& up : graph.nodes()) {
     if (!MustRecompute(*up)) continue;
     found = true;
     // PREFER_RECOMPUTE on a random op is a weight, not a demand: the min cut
     // saves one it cannot replay (Note [Policy demands in the cut]).
-    if (up->meta().recompute == "MUST_RECOMPUTE" && IsRandomOp(*up) && !RandomOpReplayable(*up))
+    if (up->meta().recompute == Decision::kMustRecompute && IsRandomOp(*up) && !RandomOpReplayable(*up))
       return Status::BadInput(
           fmt::format("the random op {} is marked {}: recomputing it in the backward would draw different random "
                       "numbers, and {}",
-                      up->target(), up->meta().recompute, UnreplayableReason(*up)),
+                      up->target(), DecisionName(up->meta().recompute), UnreplayableReason(*up)),
           fmt::format("node '{}'", up->name()));
   }
   return found;
 }
 
 Expected<JointClassification> ClassifyJoint(const Graph& joint) {
+  ScopedPhase phase("classify");
   if (joint.kind() != GraphKind::kJoint)
     return Status::BadInput(fmt::format("expected a joint graph, got a {} graph", GraphKindName(joint.kind())));
   JointClassification c;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/op_categories.h"
+#include "fxremat/phases.h"
 #include "fxremat/partition.h"
 #include "partition_internal.h"
 #include "passes/order_saved_values.h"
@@ -239,13 +240,17 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
 
 Expected<Partition> ExtractPartition(const Graph& joint, const JointClassification& c,
                                      const std::vector<Node*>& saved_values, const std::string& partitioner_name) {
+  ScopedPhase phase("extract");
   std::vector<Node*> saved_tensors, saved_syms;
   // Note [Opaque inputs] (fxremat/partition.h): opaque primals go to the
   // backward as inputs of their own, whatever the partitioner chose.
   std::vector<Node*> opaque_inputs;
   for (Node* p : c.primals)
     if (p->val().kind == ValueFacts::Kind::kOpaque) opaque_inputs.push_back(p);
+  std::vector<bool> listed(joint.size(), false);
   for (Node* s : saved_values) {
+    if (s->owningGraph() != &joint)
+      return Status::Internal(fmt::format("saved value '{}' is not a node of the joint graph", s->name()));
     if (s->val().kind == ValueFacts::Kind::kOpaque && s->isPlaceholder()) continue;
     // A Python scalar (an int input Dynamo specialized, read by the backward)
     // is saved with the symints, as the reference saves it and AOTAutograd's
@@ -253,9 +258,8 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
     const bool scalar = IsSymNode(*s) || s->val().kind == ValueFacts::Kind::kConst;
     if (!s->val().is_tensor() && !scalar)
       return Status::Internal(fmt::format("saved value '{}' is neither a tensor nor a symbolic scalar", s->name()));
-    if (std::find(saved_tensors.begin(), saved_tensors.end(), s) != saved_tensors.end() ||
-        std::find(saved_syms.begin(), saved_syms.end(), s) != saved_syms.end())
-      return Status::Internal(fmt::format("saved value '{}' listed twice", s->name()));
+    if (listed[s->index()]) return Status::Internal(fmt::format("saved value '{}' listed twice", s->name()));
+    listed[s->index()] = true;
     (scalar ? saved_syms : saved_tensors).push_back(s);
   }
 
@@ -349,7 +353,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
         std::find(v.names.begin(), v.names.end(), legacy) == v.names.end())
       v.names.push_back(legacy);
     if (!v.names.empty()) v.annotation = v.names.front();
-    v.decision = s->meta().recompute;
+    v.decision = std::string(DecisionName(s->meta().recompute));
     v.no_vc_check = kind == SavedValue::Kind::kTensor && s->meta().no_vc_check;
     v.origin_op = s->isCallFunction() ? s->target() : "";
     v.origin_location = OriginLocation(s->meta().stack_trace);

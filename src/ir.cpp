@@ -1,6 +1,7 @@
 // Graph IR implementation: dtype tables, use-list maintenance, the verifier
 // and deep copy.
 #include "fxremat/ir.h"
+#include "fxremat/phases.h"
 
 #include <algorithm>
 #include <array>
@@ -8,6 +9,7 @@
 #include <cctype>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <unordered_set>
 
@@ -113,6 +115,50 @@ int64_t ValueFacts::nbytes() const {
   }
 }
 
+const std::string* InternedString::Intern(std::string_view text) {
+  if (text.empty()) return nullptr;
+  // Node-based: the strings never move. Leaked on purpose (interned strings
+  // outlive every graph, including static ones destroyed at exit).
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view v) const { return std::hash<std::string_view>()(v); }
+  };
+  static auto* const table = new std::unordered_set<std::string, Hash, std::equal_to<>>();
+  static std::mutex* const mutex = new std::mutex();
+  std::lock_guard<std::mutex> lock(*mutex);
+  auto it = table->find(text);
+  if (it == table->end()) it = table->emplace(text).first;
+  return &*it;
+}
+
+const InternedString& Node::GetItemTarget() {
+  static const InternedString kGetItem("_operator.getitem");
+  return kGetItem;
+}
+
+const std::string& InternedString::Empty() {
+  static const std::string kEmpty;
+  return kEmpty;
+}
+
+std::string_view PartitionerTagName(PartitionerTag tag) {
+  switch (tag) {
+    case PartitionerTag::kNone: return "";
+    case PartitionerTag::kIsForward: return "is_forward";
+    case PartitionerTag::kIsBackward: return "is_backward";
+    case PartitionerTag::kMustBeInForward: return "must_be_in_forward";
+    case PartitionerTag::kMustBeInBackward: return "must_be_in_backward";
+  }
+  return "";
+}
+
+std::optional<PartitionerTag> PartitionerTagFromName(std::string_view name) {
+  for (PartitionerTag t : {PartitionerTag::kIsForward, PartitionerTag::kIsBackward, PartitionerTag::kMustBeInForward,
+                           PartitionerTag::kMustBeInBackward})
+    if (PartitionerTagName(t) == name) return t;
+  return std::nullopt;
+}
+
 std::string_view OpKindName(OpKind op) {
   switch (op) {
     case OpKind::kPlaceholder: return "placeholder";
@@ -172,7 +218,7 @@ const OpInfo* Node::opInfo() const {
   // OpTable entries are never erased, so a found entry can be cached; a miss is
   // not cached because facts may be added later (from the dispatcher).
   if (op_info_) return op_info_;
-  auto it = graph_->ops().find(target_);
+  auto it = graph_->ops().find(target_.str());
   if (it == graph_->ops().end()) return nullptr;
   op_info_ = &it->second;
   return op_info_;
@@ -251,10 +297,22 @@ std::vector<Node*> Graph::outputValues() const {
   return result;
 }
 
-Node* Graph::createNode(OpKind op, std::string name, std::string target,
+void NodeDestroyer::operator()(Node* node) const { node->~Node(); }
+
+Node* Graph::allocateNode() {
+  if (nodes_in_last_chunk_ == kNodesPerChunk) {
+    // operator new[] of std::byte is aligned for any fundamental type, so for Node.
+    static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+    node_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
+    nodes_in_last_chunk_ = 0;
+  }
+  return reinterpret_cast<Node*>(node_chunks_.back().get() + sizeof(Node) * nodes_in_last_chunk_++);
+}
+
+Node* Graph::createNode(OpKind op, std::string name, std::string_view target,
                         std::vector<Argument> args, Kwargs kwargs) {
   assert(!findNode(name) && "createNode: duplicate node name");
-  auto node = std::unique_ptr<Node>(new Node(this, op, std::move(name), std::move(target)));
+  NodePtr node(new (allocateNode()) Node(this, op, std::move(name), target));
   Node* raw = node.get();
   size_t position = nodes_.size();
   if (op != OpKind::kOutput && outputNode() != nullptr) position = nodes_.size() - 1;
@@ -265,12 +323,12 @@ Node* Graph::createNode(OpKind op, std::string name, std::string target,
   return raw;
 }
 
-Node* Graph::createNodeBefore(Node* before, OpKind op, std::string name, std::string target,
+Node* Graph::createNodeBefore(Node* before, OpKind op, std::string name, std::string_view target,
                               std::vector<Argument> args, Kwargs kwargs) {
   assert(before && before->graph_ == this && "createNodeBefore: anchor from another graph");
   assert(!findNode(name) && "createNodeBefore: duplicate node name");
   assert(op != OpKind::kOutput && "createNodeBefore: the output node is created with createNode");
-  auto node = std::unique_ptr<Node>(new Node(this, op, std::move(name), std::move(target)));
+  NodePtr node(new (allocateNode()) Node(this, op, std::move(name), target));
   Node* raw = node.get();
   const size_t position = before->index_;
   nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position), std::move(node));
@@ -383,7 +441,7 @@ Status Graph::reorderNodes(const std::vector<Node*>& order) {
         return Status::Internal(fmt::format("reorderNodes: '{}' before its input '{}'", n->name_, input->name_));
     placed[n->index_] = true;
   }
-  std::vector<std::unique_ptr<Node>> reordered;
+  std::vector<NodePtr> reordered;
   reordered.reserve(nodes_.size());
   std::vector<size_t> old_index;
   for (Node* n : order) old_index.push_back(n->index_);
@@ -534,14 +592,6 @@ Status VerifyGraph(const Graph& graph) {
     if (n.meta().value_range)
       if (auto problem = ValueRangeProblem(n.meta().value_range->first, n.meta().value_range->second))
         return Status::BadInput(*problem, where);
-    static const std::set<std::string, std::less<>> kPolicies = {
-        "MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE", "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD"};
-    static const std::set<std::string, std::less<>> kTags = {"is_forward", "is_backward", "must_be_in_forward",
-                                                             "must_be_in_backward"};
-    if (!n.meta().recompute.empty() && !kPolicies.count(n.meta().recompute))
-      return Status::BadInput(fmt::format("unknown checkpoint policy '{}' (recompute tag)", n.meta().recompute), where);
-    if (!n.meta().partitioner_tag.empty() && !kTags.count(n.meta().partitioner_tag))
-      return Status::BadInput(fmt::format("unknown partitioner tag '{}'", n.meta().partitioner_tag), where);
     if (n.op() == OpKind::kGetAttr) {
       const bool is_constant = graph.constants().count(n.target()) > 0;
       const bool is_subgraph = graph.subgraphs().count(n.target()) > 0;
@@ -628,7 +678,13 @@ Status VerifyGraph(const Graph& graph) {
 // ---------------------------------------------------------------------------
 
 
+Graph::~Graph() {
+  ScopedPhase phase("destroy-graph");
+  nodes_.clear();
+}
+
 std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
+  ScopedPhase phase("clone-graph");
   auto copy = std::make_unique<Graph>();
   copy->reserve(graph.size());
   copy->setName(graph.name());

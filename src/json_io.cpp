@@ -28,6 +28,7 @@
 #include <simdjson.h>
 
 #include "fxremat/serialize.h"
+#include "fxremat/phases.h"
 #include "fxremat/text.h"
 #include "src/constants_io.h"
 #include "src/facts_check.h"
@@ -695,7 +696,7 @@ Expected<Dim> GraphReader<V>::ReadDim(const V& j, const JsonPath& path) {
       } else if (auto it = graph_->symbols().find(d.expr); it != graph_->symbols().end()) {
         d.hint = it->second;
       } else {
-        return Fail(path, fmt::format("symbolic dim '{}' has no hint (add it to \"symbols\" or give \"hint\")", d.expr));
+        return Fail(path, fmt::format("symbolic dim '{}' has no hint (add it to \"symbols\" or give \"hint\")", d.expr.str()));
       }
       return d;
     }
@@ -895,17 +896,25 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
     out = std::string(field->str());
     return Status::Ok();
   };
-  FXREMAT_RETURN_IF_ERROR(read_string("recompute", meta.recompute));
-  FXREMAT_RETURN_IF_ERROR(read_string("partitioner_tag", meta.partitioner_tag));
+  std::string recompute, partitioner_tag;
+  FXREMAT_RETURN_IF_ERROR(read_string("recompute", recompute));
+  FXREMAT_RETURN_IF_ERROR(read_string("partitioner_tag", partitioner_tag));
   if (auto field = f.find("stack_trace"); !IsNullOrAbsent(field)) {
     if (field->kind() != JKind::kString) return Fail(JsonPath(path, "stack_trace"), "expected a string");
     meta.stack_trace = InternedText(field->str());
   }
-  static const std::set<std::string, std::less<>> kPolicies = {"MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE",
-                                                               "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD",
-                                                               "PREFER_CPU_OFFLOAD"};
-  if (!meta.recompute.empty() && !kPolicies.count(meta.recompute))
-    return Fail(JsonPath(path, "recompute"), fmt::format("unknown checkpoint policy '{}'", meta.recompute));
+  if (!recompute.empty()) {
+    // Only the plain names (not "CheckpointPolicy.MUST_SAVE", which DecisionFromName also takes).
+    Expected<Decision> d = DecisionFromName(recompute);
+    if (!d.ok() || DecisionName(*d) != recompute)
+      return Fail(JsonPath(path, "recompute"), fmt::format("unknown checkpoint policy '{}'", recompute));
+    meta.recompute = *d;
+  }
+  if (!partitioner_tag.empty()) {
+    std::optional<PartitionerTag> tag = PartitionerTagFromName(partitioner_tag);
+    if (!tag) return Fail(JsonPath(path, "partitioner_tag"), fmt::format("unknown partitioner tag '{}'", partitioner_tag));
+    meta.partitioner_tag = *tag;
+  }
   if (auto id = f.find("ac_graph_id"); !IsNullOrAbsent(id)) {
     if (!IsInteger(*id)) return Fail(JsonPath(path, "ac_graph_id"), "expected an integer");
     meta.ac_graph_id = id->int64();
@@ -1218,7 +1227,7 @@ Status GraphReader<V>::ReadSubgraphs(const V& subgraphs) {
 
 ojson DimToJson(const Dim& d) {
   if (d.is_static()) return d.hint;
-  return ojson{{"sym", d.expr}, {"hint", d.hint}};
+  return ojson{{"sym", d.expr.str()}, {"hint", d.hint}};
 }
 
 // A kConst value's JSON text as a document value. The readers only store
@@ -1424,7 +1433,7 @@ class JsonStreamWriter {
 void WriteDim(JsonStreamWriter& w, const Dim& d) {
   if (d.is_static()) return w.Int(d.hint);
   w.BeginObject();
-  w.Key("sym"); w.String(d.expr);
+  w.Key("sym"); w.String(d.expr.str());
   w.Key("hint"); w.Int(d.hint);
   w.EndObject();
 }
@@ -1617,10 +1626,10 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
     w.Key("op"); w.String(OpKindName(n.op()));
     w.Key("target"); w.String(n.target());
     if (brief && (*brief)(n)) {  // GraphToJsonBrief: the node's name, op, target and decision only
-      if (!n.meta().recompute.empty()) {
+      if (n.meta().recompute != Decision::kNone) {
         w.Key("meta");
         w.BeginObject();
-        w.Key("recompute"); w.String(n.meta().recompute);
+        w.Key("recompute"); w.String(DecisionName(n.meta().recompute));
         w.EndObject();
       }
       w.EndObject();
@@ -1653,15 +1662,17 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
     }
     const NodeMeta& m = n.meta();
     const bool has_val = n.val().kind != ValueFacts::Kind::kUnknown;
-    if (has_val || !m.recompute.empty() || m.ac_graph_id || !m.partitioner_tag.empty() || !m.stack_trace.empty() ||
+    if (has_val || m.recompute != Decision::kNone || m.ac_graph_id || m.partitioner_tag != PartitionerTag::kNone || !m.stack_trace.empty() ||
         m.value_range || !m.names.empty() || m.offload_requested || m.mutated || m.no_vc_check ||
         m.has_backward_hook || m.written_back_from || m.memory_budget || m.region_memory_budget) {
       w.Key("meta");
       w.BeginObject();
       if (has_val) { w.Key("val"); WriteValueFacts(w, n.val()); }
-      if (!m.recompute.empty()) { w.Key("recompute"); w.String(m.recompute); }
+      if (m.recompute != Decision::kNone) { w.Key("recompute"); w.String(DecisionName(m.recompute)); }
       if (m.ac_graph_id) { w.Key("ac_graph_id"); w.Int(*m.ac_graph_id); }
-      if (!m.partitioner_tag.empty()) { w.Key("partitioner_tag"); w.String(m.partitioner_tag); }
+      if (m.partitioner_tag != PartitionerTag::kNone) {
+        w.Key("partitioner_tag"); w.String(PartitionerTagName(m.partitioner_tag));
+      }
       if (!m.stack_trace.empty()) { w.Key("stack_trace"); w.String(m.stack_trace); }
       if (m.value_range) {
         w.Key("value_range");
@@ -1836,6 +1847,7 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
   simdjson::dom::document document;
   bool parsed = false;
   {
+    ScopedPhase phase("parse-json");
     // The parser's depth limit is kMaxJsonDepth: whatever it accepts, CheckJsonDepth does.
     // Its index buffers go at the end of this block; the document keeps the tape and strings.
     simdjson::dom::parser parser;
@@ -1845,6 +1857,7 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
   }
   if (!parsed) return ReadWithNlohmann(text, sidecar_dir);
   if (owned) std::string().swap(*owned);
+  ScopedPhase phase("build-graph");
   GraphReader<SimdValue> reader(sidecar_dir);
   return reader.Read(SimdValue(document.root()));
 }
@@ -1910,6 +1923,7 @@ Status WriteGraphFile(const std::string& path, const Graph& graph) {
   return WriteThroughTemporary(
       path,
       [&](const FileSink& sink) {
+        ScopedPhase phase("write-graph");
         JsonStreamWriter writer(sink);
         return WriteGraphJson(writer, graph, sidecar_name, &sidecar);
       },
@@ -2023,9 +2037,9 @@ ojson GraphObjectToJson(const Graph& graph, bool nested, const std::string& side
     ojson meta = ojson::object();
     if (n.val().kind != ValueFacts::Kind::kUnknown) meta["val"] = ValueFactsToJson(n.val());
     const NodeMeta& m = n.meta();
-    if (!m.recompute.empty()) meta["recompute"] = m.recompute;
+    if (m.recompute != Decision::kNone) meta["recompute"] = std::string(DecisionName(m.recompute));
     if (m.ac_graph_id) meta["ac_graph_id"] = *m.ac_graph_id;
-    if (!m.partitioner_tag.empty()) meta["partitioner_tag"] = m.partitioner_tag;
+    if (m.partitioner_tag != PartitionerTag::kNone) meta["partitioner_tag"] = std::string(PartitionerTagName(m.partitioner_tag));
     if (!m.stack_trace.empty()) meta["stack_trace"] = m.stack_trace;
     if (m.value_range) meta["value_range"] = {m.value_range->first, m.value_range->second};
     if (!m.names.empty()) meta["names"] = m.names;
@@ -2055,6 +2069,7 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string
 // ---------------------------------------------------------------------------
 
 Expected<std::string> ReadFileContents(const std::string& path) {
+  ScopedPhase phase("read-file");
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     return Status::BadInput("no such file (or not a regular file)", path);

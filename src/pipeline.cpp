@@ -1,5 +1,6 @@
 // The partition pipeline (Note [Partition pipeline] in fxremat/pipeline.h).
 #include "fxremat/pipeline.h"
+#include "fxremat/phases.h"
 
 #include <fmt/format.h>
 
@@ -37,6 +38,7 @@ Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutO
         return Status::BadInput(fmt::format("index {} is out of range of the graph's {} primals", k, primals),
                                 "static_lifetime_input_indices");
   }
+  ScopedPhase phase("prepare");
   FXREMAT_ASSIGN_OR_RETURN(bool has_recomputable, HasRecomputableOps(joint));
   // The reference mutates the joint graph (dead code, CSE, tags, forced saves);
   // fxremat works on a copy, made only when one of those steps has something
@@ -47,7 +49,7 @@ Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutO
   const bool has_mutations = HasForwardMutations(joint);
   bool has_demands = options.policy.has_value();
   for (const auto& up : joint.nodes())
-    has_demands = has_demands || !up->meta().recompute.empty() || up->meta().offload_requested;
+    has_demands = has_demands || up->meta().recompute != Decision::kNone || up->meta().offload_requested;
   if (!has_recomputable && !has_dead && !has_duplicates && !has_forced && !has_demands && !has_mutations)
     return std::unique_ptr<Graph>();
   // Note [Min-cut preparation]: the reference's steps before its cut, in its

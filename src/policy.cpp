@@ -598,10 +598,8 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
     // Demands from the node itself (Note [Merging demands], rule 3: these beat a
     // policy's PREFER demands).
     std::vector<ValueDemand> own, policy;
-    if (!n.meta().recompute.empty()) {
-      FXREMAT_ASSIGN_OR_RETURN(Decision tag, DecisionFromName(n.meta().recompute));
-      own.push_back({&n, tag, "recompute tag " + n.meta().recompute});
-    }
+    if (n.meta().recompute != Decision::kNone)
+      own.push_back({&n, n.meta().recompute, "recompute tag " + std::string(DecisionName(n.meta().recompute))});
     if (n.meta().offload_requested)
       own.push_back({&n, Decision::kPreferOffload, "xla::offload_name annotation"});
     // Note [Policy semantics]: an unnamed view is recomputed from its base.
@@ -673,7 +671,7 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
                                             DecisionName(result.decision), result.source, why),
                                 fmt::format("node '{}'", n.name()));
     }
-    n.meta().recompute = std::string(DecisionName(result.decision));
+    n.meta().recompute = result.decision;
     decided.push_back(result);
   }
   return decided;

@@ -14,7 +14,7 @@ namespace {
 std::string ShortType(const ValueFacts& v) {
   if (v.is_tensor()) {
     std::vector<std::string> dims;
-    for (const Dim& d : v.tensor.shape) dims.push_back(d.is_static() ? std::to_string(d.hint) : d.expr);
+    for (const Dim& d : v.tensor.shape) dims.push_back(d.is_static() ? std::to_string(d.hint) : d.expr.str());
     return fmt::format("{}[{}]", DTypeShortName(v.tensor.dtype), fmt::join(dims, ","));
   }
   if (v.kind == ValueFacts::Kind::kSymFloat) return v.expr.empty() ? "SymFloat" : fmt::format("SymFloat({})", v.expr);

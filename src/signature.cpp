@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fxremat/partition.h"
+#include "fxremat/phases.h"
 #include "fxremat/text.h"
 #include "src/json_internal.h"
 
@@ -20,6 +21,7 @@ Status Violation(const std::string& where, const std::string& message) {
 }  // namespace
 
 Status CheckSignature(const Graph& forward, const Graph& backward, const Signature& sig) {
+  ScopedPhase phase("check-signature");
   const std::vector<Node*> fw_in = forward.placeholders();
   const std::vector<Node*> fw_out = forward.outputValues();
   const std::vector<Node*> bw_in = backward.placeholders();
@@ -171,7 +173,7 @@ ojson FactsShape(const ValueFacts& v) {
   ojson shape = ojson::array();
   for (const Dim& d : v.tensor.shape) {
     if (d.is_static()) shape.push_back(d.hint);
-    else shape.push_back(ojson{{"sym", d.expr}, {"hint", d.hint}});
+    else shape.push_back(ojson{{"sym", d.expr.str()}, {"hint", d.hint}});
   }
   return shape;
 }

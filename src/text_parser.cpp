@@ -237,7 +237,7 @@ class FactsParser {
     }
     d.expr = std::string(text);
     auto it = graph_.symbols().find(d.expr);
-    if (it == graph_.symbols().end()) return Err(fmt::format("symbol '{}' has no hint (add '# symbol {}=N')", d.expr, d.expr));
+    if (it == graph_.symbols().end()) return Err(fmt::format("symbol '{}' has no hint (add '# symbol {}=N')", d.expr.str(), d.expr.str()));
     d.hint = it->second;
     return d;
   }
@@ -274,7 +274,7 @@ class FactsParser {
       v.kind = ValueFacts::Kind::kSymInt;
       FXREMAT_ASSIGN_OR_RETURN(std::string_view inner, Balanced('(', ')'));
       FXREMAT_ASSIGN_OR_RETURN(Dim d, ParseDim(inner));
-      v.expr = d.expr.empty() ? std::to_string(d.hint) : d.expr;
+      v.expr = d.expr.empty() ? std::to_string(d.hint) : d.expr.str();
       v.hint = d.hint;
       return v;
     }
@@ -430,8 +430,20 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
       }
     if (is_flag) continue;
     FXREMAT_RETURN_IF_ERROR(lex.Expect("="));
-    if (key == "tag") { FXREMAT_ASSIGN_OR_RETURN(meta.partitioner_tag, lex.ExpectIdent()); }
-    else if (key == "recompute") { FXREMAT_ASSIGN_OR_RETURN(meta.recompute, lex.ExpectIdent()); }
+    if (key == "tag") {
+      const size_t value_col = lex.peek().col;
+      FXREMAT_ASSIGN_OR_RETURN(std::string tag, lex.ExpectIdent());
+      std::optional<PartitionerTag> t = PartitionerTagFromName(tag);
+      if (!t) return lex.Error(value_col, fmt::format("unknown partitioner tag '{}'", tag));
+      meta.partitioner_tag = *t;
+    } else if (key == "recompute") {
+      const size_t value_col = lex.peek().col;
+      FXREMAT_ASSIGN_OR_RETURN(std::string policy, lex.ExpectIdent());
+      Expected<Decision> d = DecisionFromName(policy);
+      if (!d.ok() || DecisionName(*d) != policy)
+        return lex.Error(value_col, fmt::format("unknown checkpoint policy '{}' (recompute tag)", policy));
+      meta.recompute = *d;
+    }
     else if (key == "written_back_from") { FXREMAT_ASSIGN_OR_RETURN(int64_t k, lex.ExpectInt()); meta.written_back_from = k; }
     else if (key == "reads_mutated") { FXREMAT_ASSIGN_OR_RETURN(meta.reads_mutated, lex.ExpectIdent()); }
     else if (key == "ac_graph_id") { FXREMAT_ASSIGN_OR_RETURN(int64_t id, lex.ExpectInt()); meta.ac_graph_id = id; }

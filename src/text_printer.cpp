@@ -19,7 +19,7 @@ std::string FormatDim(const Dim& d, const Graph* graph) {
     auto it = graph->symbols().find(d.expr);
     if (it != graph->symbols().end() && it->second == d.hint) return d.expr;
   }
-  return fmt::format("{}~{}", d.expr, d.hint);
+  return fmt::format("{}~{}", d.expr.str(), d.hint);
 }
 
 std::string FormatFacts(const ValueFacts& v, const Graph* graph) {
@@ -101,8 +101,8 @@ std::string FormatArgument(const Argument& a) {
 // offload_requested stack='...'" (offload_requested is a flag: present or absent).
 std::string FormatMeta(const NodeMeta& m) {
   std::vector<std::string> parts;
-  if (!m.partitioner_tag.empty()) parts.push_back("tag=" + m.partitioner_tag);
-  if (!m.recompute.empty()) parts.push_back("recompute=" + m.recompute);
+  if (m.partitioner_tag != PartitionerTag::kNone) parts.push_back("tag=" + std::string(PartitionerTagName(m.partitioner_tag)));
+  if (m.recompute != Decision::kNone) parts.push_back("recompute=" + std::string(DecisionName(m.recompute)));
   if (m.ac_graph_id) parts.push_back(fmt::format("ac_graph_id={}", *m.ac_graph_id));
   if (m.value_range) parts.push_back(fmt::format("value_range=[{}, {}]", m.value_range->first, m.value_range->second));
   if (!m.names.empty()) {

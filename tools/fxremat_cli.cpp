@@ -6,14 +6,19 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "fxremat/phases.h"
 #include "fxremat/inspect.h"
 #include "fxremat/op_categories.h"
 #include "fxremat/partition.h"
@@ -97,9 +102,17 @@ Expected<std::unique_ptr<Graph>> LoadForWork(const std::string& path) {
   return graph;
 }
 
+// One file of a command's output: `write` writes it (and any sidecar beside
+// it) at the path it is given.
+struct OutputFile {
+  std::string name;
+  std::function<Status(const std::string& path)> write;
+};
+
 // Writes files into `dir` so that either all of them appear or none does:
-// everything goes into a staging directory first.
-Status WriteAllOrNothing(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+// everything is written into a staging directory first (streamed: a graph of a
+// million nodes is never held as text), then moved into place.
+Status WriteAllOrNothing(const std::string& dir, const std::vector<OutputFile>& files) {
   std::error_code ec;
   fs::path target(dir);
   if (fs::exists(target, ec) && !fs::is_directory(target, ec))
@@ -107,19 +120,20 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<std::pair<std
   // Every destination must be absent or a regular file before anything is
   // replaced: a directory (or device) in the way fails the run up front, with
   // the earlier files untouched.
-  for (const auto& [name, contents] : files) {
-    const fs::path dest = target / name;
-    const fs::file_status st = fs::symlink_status(dest, ec);
+  auto check_destination = [&](const std::string& name) -> Status {
+    const fs::file_status st = fs::symlink_status(target / name, ec);
     if (fs::exists(st) && !fs::is_regular_file(st))
       return Status::BadInput(fmt::format("{} exists and is not a regular file; nothing was written", name), dir);
-  }
+    return Status::Ok();
+  };
+  for (const OutputFile& f : files) FXREMAT_RETURN_IF_ERROR(check_destination(f.name));
   fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
   fs::path staging = parent / fmt::format(".{}.fxremat-staging.{}", target.filename().string(), ::getpid());
   fs::remove_all(staging, ec);
   if (!fs::create_directory(staging, ec)) return Status::BadInput("cannot create the output directory", dir);
-  for (const auto& [name, contents] : files) {
-    Status st = WriteFileAtomically((staging / name).string(), contents);
+  for (const OutputFile& f : files) {
+    Status st = f.write((staging / f.name).string());
     if (!st.ok()) {
       fs::remove_all(staging, ec);
       return st;
@@ -133,7 +147,17 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<std::pair<std
     }
     return Status::Ok();
   }
-  for (const auto& [name, contents] : files) {
+  // What was written, sidecars included, in name order.
+  std::vector<std::string> written;
+  for (const fs::directory_entry& e : fs::directory_iterator(staging, ec)) written.push_back(e.path().filename().string());
+  std::sort(written.begin(), written.end());
+  for (const std::string& name : written) {
+    if (Status st = check_destination(name); !st.ok()) {
+      fs::remove_all(staging, ec);
+      return st;
+    }
+  }
+  for (const std::string& name : written) {
     fs::rename(staging / name, target / name, ec);
     if (ec) {
       fs::remove_all(staging, ec);
@@ -293,14 +317,14 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
   const Partition& p = *partition;
   for (const std::string& note : p.signature.notes) std::cerr << "fxremat: warning: " << note << "\n";
   if (!out_dir.empty()) {
-    // Constants over 64 KiB go to a safetensors file beside each graph (docs/format.md).
-    GraphFiles fw = GraphToJsonFiles(*p.forward, SidecarNameFor("forward.json"));
-    GraphFiles bw = GraphToJsonFiles(*p.backward, SidecarNameFor("backward.json"));
-    std::vector<std::pair<std::string, std::string>> files = {{"forward.json", std::move(fw.json)},
-                                                              {"backward.json", std::move(bw.json)},
-                                                              {"signature.json", SignatureToJson(p.signature)}};
-    if (!fw.sidecar.empty()) files.emplace_back(SidecarNameFor("forward.json"), std::move(fw.sidecar));
-    if (!bw.sidecar.empty()) files.emplace_back(SidecarNameFor("backward.json"), std::move(bw.sidecar));
+    // Constants over 64 KiB go to a safetensors file beside each graph
+    // (docs/format.md); WriteGraphFile writes it.
+    const std::vector<OutputFile> files = {
+        {"forward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.forward); }},
+        {"backward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.backward); }},
+        {"signature.json",
+         [&](const std::string& file) { return WriteFileAtomically(file, SignatureToJson(p.signature)); }},
+    };
     Status st = WriteAllOrNothing(out_dir, files);
     if (!st.ok()) return Fail(st);
   }
@@ -499,6 +523,18 @@ int main(int argc, char** argv) {
     std::cerr << "fxremat: usage error: " << e.what() << "\nRun 'fxremat --help' for usage.\n";
     return kExitBadInput;
   }
+  // FXREMAT_PHASES=1: the time of each phase (read, parse, passes, solve,
+  // write, ...) goes to stderr after the command (fxremat/phases.h).
+  PhaseLog phases;
+  const char* phases_env = std::getenv("FXREMAT_PHASES");
+  const bool print_phases = phases_env && std::string_view(phases_env) == "1";
+  ScopedPhaseLog phase_scope(print_phases ? &phases : nullptr);
+  struct PrintPhasesAtExit {
+    const PhaseLog* log;
+    ~PrintPhasesAtExit() {
+      if (log) std::cerr << log->ToText();
+    }
+  } print_at_exit{print_phases ? &phases : nullptr};
   try {
     if (inspect->parsed()) return RunInspect(graph_path);
     if (print_cmd->parsed()) return RunPrint(graph_path, output);

@@ -4,6 +4,7 @@
 // functions (setInputs, replaceAllUsesWith, eraseNode), never by hand.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,11 +49,42 @@ std::vector<DType> AllDTypes();
 bool DTypeIsFloating(DType dtype);  // float or complex: can carry gradients
 bool DTypeIsIntegral(DType dtype);  // integer or bool
 
+// A string from a small vocabulary that millions of nodes repeat (op targets,
+// symbolic dim expressions): equal texts share one immutable copy that lives
+// as long as the process, so a copy is a pointer copy, equality mostly a
+// pointer compare, and a node pays no allocation for it. Interning takes a lock; never
+// intern unbounded text (names, stack traces) here. Empty is the null state.
+class InternedString {
+ public:
+  InternedString() = default;
+  InternedString(std::string_view text) : text_(Intern(text)) {}  // NOLINT(google-explicit-constructor)
+  InternedString(const std::string& text) : InternedString(std::string_view(text)) {}  // NOLINT
+  InternedString(const char* text) : InternedString(std::string_view(text)) {}  // NOLINT
+  const std::string& str() const { return text_ ? *text_ : Empty(); }
+  operator const std::string&() const { return str(); }  // NOLINT(google-explicit-constructor)
+  bool empty() const { return text_ == nullptr; }
+  size_t size() const { return str().size(); }
+  // One copy per text within one interning table; but a process may hold two
+  // (the CLI and its dlopen'ed libtorch plugin each link the library), so
+  // different pointers still compare the texts.
+  bool operator==(const InternedString& o) const {
+    return text_ == o.text_ || (text_ && o.text_ && *text_ == *o.text_);
+  }
+  bool operator==(const std::string& o) const { return str() == o; }
+  bool operator==(std::string_view o) const { return str() == o; }
+  bool operator==(const char* o) const { return str() == o; }
+
+ private:
+  static const std::string* Intern(std::string_view text);  // null for empty text
+  static const std::string& Empty();
+  const std::string* text_ = nullptr;
+};
+
 // One dimension (or stride) of a tensor: static, or a SymPy expression over the
 // graph's symbols with a hint (the example value) for byte counts.
 struct Dim {
-  int64_t hint = 0;    // the static value, or the hint of a symbolic dim
-  std::string expr;    // empty for a static dim
+  int64_t hint = 0;       // the static value, or the hint of a symbolic dim
+  InternedString expr;    // empty for a static dim
   bool is_static() const { return expr.empty(); }
   static Dim Static(int64_t v) { return Dim{v, {}}; }
   bool operator==(const Dim&) const = default;
@@ -206,11 +238,36 @@ class SharedText {
   std::shared_ptr<const std::string> text_;
 };
 
+// PyTorch's CheckpointPolicy values, plus kNone (no demand): a node's
+// recompute tag (NodeMeta::recompute) and a policy's decision (policy.h).
+enum class Decision : uint8_t {
+  kNone,
+  kMustSave,
+  kPreferSave,
+  kMustRecompute,
+  kPreferRecompute,
+  kMustOffload,    // MUST_CPU_OFFLOAD
+  kPreferOffload,  // PREFER_CPU_OFFLOAD
+};
+
+// "MUST_SAVE", "PREFER_CPU_OFFLOAD", ...; "" for kNone.
+std::string_view DecisionName(Decision d);
+// Inverse of DecisionName; also accepts "CheckpointPolicy.MUST_SAVE". Unknown
+// names are a bad-input error.
+Expected<Decision> DecisionFromName(std::string_view name);
+
+// AOTAutograd's meta["partitioner_tag"]: where the joint trace put a node.
+enum class PartitionerTag : uint8_t { kNone, kIsForward, kIsBackward, kMustBeInForward, kMustBeInBackward };
+// "is_forward", "must_be_in_backward", ...; "" for kNone.
+std::string_view PartitionerTagName(PartitionerTag tag);
+// Inverse of PartitionerTagName for a non-empty name; nullopt if unknown.
+std::optional<PartitionerTag> PartitionerTagFromName(std::string_view name);
+
 // The node metadata that partitioning reads (FX's node.meta, minus "val").
 struct NodeMeta {
-  std::string recompute;        // CheckpointPolicy name, e.g. "MUST_SAVE"; empty if none
+  Decision recompute = Decision::kNone;  // the CheckpointPolicy tag, e.g. MUST_SAVE
+  PartitionerTag partitioner_tag = PartitionerTag::kNone;
   std::optional<int64_t> ac_graph_id;
-  std::string partitioner_tag;  // "is_forward", "is_backward", "must_be_in_*"; empty if none
   SharedText stack_trace;
   std::optional<std::pair<int64_t, int64_t>> value_range;  // [low, high) of integer inputs
   // Names given to this value by naming ops (FoldAnnotations), in graph order,
@@ -254,7 +311,7 @@ class Node {
   OpKind op() const { return op_; }
   // Placeholder/get_attr: its target; call_function: "aten.mm.default" or
   // "_operator.getitem"; output: "output".
-  const std::string& target() const { return target_; }
+  const std::string& target() const { return target_.str(); }
   const std::vector<Argument>& args() const { return args_; }
   const Kwargs& kwargs() const { return kwargs_; }
   // A kwarg by name, or nullptr.
@@ -288,19 +345,22 @@ class Node {
   bool isPlaceholder() const { return op_ == OpKind::kPlaceholder; }
   bool isCallFunction() const { return op_ == OpKind::kCallFunction; }
   bool isOutput() const { return op_ == OpKind::kOutput; }
-  bool isGetItem() const { return op_ == OpKind::kCallFunction && target_ == "_operator.getitem"; }
+  bool isGetItem() const { return op_ == OpKind::kCallFunction && target_ == GetItemTarget(); }
 
  private:
   friend class Graph;
-  Node(Graph* graph, OpKind op, std::string name, std::string target)
-      : graph_(graph), op_(op), name_(std::move(name)), target_(std::move(target)) {}
+  static const InternedString& GetItemTarget();  // "_operator.getitem"
+  Node(Graph* graph, OpKind op, std::string name, std::string_view target)
+      : graph_(graph), op_(op), name_(std::move(name)), target_(target) {}
   void recomputeInputs();
 
   Graph* graph_;
   mutable const OpInfo* op_info_ = nullptr;  // cached lookup in the graph's OpTable
   OpKind op_;
   std::string name_;
-  std::string target_;
+  // Interned: an op name, or a placeholder's or get_attr's target (primals_1,
+  // _tensor_constant0: a vocabulary bounded by the largest graph's inputs).
+  InternedString target_;
   std::vector<Argument> args_;
   Kwargs kwargs_;
   std::vector<Node*> inputs_;
@@ -315,6 +375,13 @@ class Node {
 // ---------------------------------------------------------------------------
 // Graph
 // ---------------------------------------------------------------------------
+
+// Nodes live in their graph's arena (Graph::allocateNode): the owning pointer
+// runs the destructor and leaves the memory to the arena.
+struct NodeDestroyer {
+  void operator()(Node* node) const;
+};
+using NodePtr = std::unique_ptr<Node, NodeDestroyer>;
 
 enum class GraphKind : uint8_t { kPlain, kJoint, kForward, kBackward };
 std::string_view GraphKindName(GraphKind kind);
@@ -340,6 +407,7 @@ struct JointFacts {
 class Graph {
  public:
   Graph() = default;
+  ~Graph();  // timed as phase "destroy-graph" (fxremat/phases.h): at a million nodes it is not free
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
@@ -366,7 +434,7 @@ class Graph {
   const Graph* subgraphOf(const Node& get_attr) const;
 
   // Nodes in graph order.
-  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  const std::vector<NodePtr>& nodes() const { return nodes_; }
   size_t size() const { return nodes_.size(); }
   Node* findNode(std::string_view name) const;
   // The output node, or nullptr while the graph has none.
@@ -380,14 +448,14 @@ class Graph {
   //   Given:   %a = placeholder; return (%a)
   //   Execute: createNode(kCallFunction, "b", "aten.sin.default", {%a})
   //   Result:  %a = placeholder; %b = aten.sin.default(%a); return (%a)
-  Node* createNode(OpKind op, std::string name, std::string target,
+  Node* createNode(OpKind op, std::string name, std::string_view target,
                    std::vector<Argument> args = {}, Kwargs kwargs = {});
   // Creates a node right before `before` (which must be in this graph and not a
   // placeholder unless the new node is one too). The name must be unused.
   //   Given:   %a = placeholder; %c = aten.cos.default(%a); return (%c)
   //   Execute: createNodeBefore(%c, kCallFunction, "b", "aten.sin.default", {%a})
   //   Result:  %a = placeholder; %b = aten.sin.default(%a); %c = aten.cos.default(%a); return (%c)
-  Node* createNodeBefore(Node* before, OpKind op, std::string name, std::string target,
+  Node* createNodeBefore(Node* before, OpKind op, std::string name, std::string_view target,
                          std::vector<Argument> args = {}, Kwargs kwargs = {});
   // Renames a node; the new name must be unused. Uses keep pointing at it. A
   // placeholder whose target was its name gets the new name as target too.
@@ -436,7 +504,16 @@ class Graph {
   OpTable ops_;
   std::map<std::string, Constant> constants_;
   std::map<std::string, std::shared_ptr<const Graph>> subgraphs_;
-  std::vector<std::unique_ptr<Node>> nodes_;
+  // Note [Node arena]: nodes are placed in chunks of kNodesPerChunk, allocated
+  // as the graph grows and freed with it: a million-node graph pays a few
+  // thousand allocations for its nodes instead of a million, and walks them in
+  // memory order. An erased node's slot is not reused (erasing is rare and
+  // bounded by what was created). Declared before nodes_: destroyed after it.
+  static constexpr size_t kNodesPerChunk = 512;
+  Node* allocateNode();
+  std::vector<std::unique_ptr<std::byte[]>> node_chunks_;
+  size_t nodes_in_last_chunk_ = kNodesPerChunk;
+  std::vector<NodePtr> nodes_;
   // Name -> node, built on the first look-up by name and kept up to date from
   // then on: graphs that are only built and walked (an extraction the budget
   // solver simulates and drops) never pay for it. Keys view the nodes' own

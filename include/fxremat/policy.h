@@ -58,22 +58,8 @@
 
 namespace fxremat {
 
-// PyTorch's CheckpointPolicy values, plus kNone (no demand).
-enum class Decision : uint8_t {
-  kNone,
-  kMustSave,
-  kPreferSave,
-  kMustRecompute,
-  kPreferRecompute,
-  kMustOffload,    // MUST_CPU_OFFLOAD
-  kPreferOffload,  // PREFER_CPU_OFFLOAD
-};
-
-// "MUST_SAVE", "PREFER_CPU_OFFLOAD", ...; "" for kNone.
-std::string_view DecisionName(Decision d);
-// Inverse of DecisionName; also accepts "CheckpointPolicy.MUST_SAVE". Unknown
-// names are a bad-input error.
-Expected<Decision> DecisionFromName(std::string_view name);
+// Decision, DecisionName and DecisionFromName (PyTorch's CheckpointPolicy
+// values) are in fxremat/ir.h: a node's recompute tag is one.
 bool IsMust(Decision d);
 bool IsSave(Decision d);       // MUST_SAVE, PREFER_SAVE
 bool IsRecompute(Decision d);  // MUST_RECOMPUTE, PREFER_RECOMPUTE

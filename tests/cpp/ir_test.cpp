@@ -100,7 +100,7 @@ TEST_CASE("CloneGraph copies nodes, facts and metadata") {
   Graph g;
   Node* a = g.createNode(OpKind::kPlaceholder, "a", "a");
   a->val() = F32({4});
-  a->meta().recompute = "MUST_SAVE";
+  a->meta().recompute = Decision::kMustSave;
   Node* b = g.createNode(OpKind::kCallFunction, "b", "aten.sin.default", {Argument::NodeRef(a)});
   b->val() = F32({4});
   g.createNode(OpKind::kOutput, "output", "output", {Argument::List({Argument::NodeRef(b)})});
@@ -108,6 +108,6 @@ TEST_CASE("CloneGraph copies nodes, facts and metadata") {
   REQUIRE(copy->size() == 3);
   Node* cb = copy->findNode("b");
   REQUIRE(cb->inputs()[0] == copy->findNode("a"));
-  REQUIRE(copy->findNode("a")->meta().recompute == "MUST_SAVE");
+  REQUIRE(copy->findNode("a")->meta().recompute == Decision::kMustSave);
   REQUIRE(VerifyGraph(*copy).ok());
 }

@@ -220,20 +220,20 @@ TEST_CASE("policies: PyTorch's CheckpointPolicy side") {
     Saved plain = SavedUnder("");
     CHECK(plain.device.count("cos_1") == 0);
     CHECK(plain.device.count("mm") == 1);
-    Saved tagged = SavedUnder("", [](Graph& g) { g.findNode("cos_1")->meta().recompute = "PREFER_SAVE"; });
+    Saved tagged = SavedUnder("", [](Graph& g) { g.findNode("cos_1")->meta().recompute = Decision::kPreferSave; });
     CHECK(tagged.device.count("cos_1") == 1);
     CHECK(tagged.device.count("mm") == 0);
   }
   SECTION("MUST beats PREFER") {
     Saved s = SavedUnder("checkpoint_policy:default=PREFER_SAVE", [](Graph& g) {
-      g.findNode("sin")->meta().recompute = "MUST_RECOMPUTE";
+      g.findNode("sin")->meta().recompute = Decision::kMustRecompute;
     });
     CHECK(s.device.count("sin") == 0);
   }
   SECTION("tags beat a policy's PREFER demands: a checkpoint region stays recomputed") {
     Saved s = SavedUnder("everything_saveable", [](Graph& g) {
       for (const char* n : {"mm", "sin"}) {
-        g.findNode(n)->meta().recompute = "PREFER_RECOMPUTE";
+        g.findNode(n)->meta().recompute = Decision::kPreferRecompute;
         g.findNode(n)->meta().ac_graph_id = 1;
       }
     });
@@ -251,7 +251,7 @@ TEST_CASE("policies: contradictions are bad input naming the value and both dema
   }
   SECTION("a tag against a policy") {
     std::string e = ErrorUnder("checkpoint_policy:a=MUST_RECOMPUTE", [](Graph& g) {
-      g.findNode("sin")->meta().recompute = "MUST_SAVE";
+      g.findNode("sin")->meta().recompute = Decision::kMustSave;
     });
     CHECK_THAT(e, Catch::Contains("MUST_SAVE (recompute tag MUST_SAVE) and MUST_RECOMPUTE"));
   }
@@ -284,7 +284,7 @@ TEST_CASE("policies: contradictions are bad input naming the value and both dema
     std::string e = ErrorUnder("save_and_offload_only_these_names:save=b;offload=xt", [](Graph& g) {
       // Make t_2 (x transposed) a forward value the policy sees, aliasing x.
       g.findNode("t_2")->meta().names = {"xt"};
-      g.findNode("t_2")->meta().partitioner_tag = "is_forward";
+      g.findNode("t_2")->meta().partitioner_tag = PartitionerTag::kIsForward;
       g.findNode("primals_3")->val().tensor.storage = 7;
       g.findNode("t_2")->val().tensor.storage = 7;
     });

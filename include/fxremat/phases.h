@@ -1,0 +1,73 @@
+// Opt-in wall-clock timing of the named phases of a run (read, cse, solve,
+// extract, write, ...), for profiles and the benchmark docs' phase breakdowns.
+// Off unless the thread has a PhaseLog installed (ScopedPhaseLog); a phase
+// then adds its duration under its name. Off, a ScopedPhase costs one
+// thread-local read.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace fxremat {
+
+// Durations by phase name, in the order each name was first seen; a phase run
+// more than once (a pass per budget candidate) is summed, with its count.
+class PhaseLog {
+ public:
+  struct Entry {
+    std::string name;
+    double ms = 0;
+    int64_t count = 0;
+  };
+  void Add(std::string_view name, double ms);
+  const std::vector<Entry>& entries() const { return entries_; }
+  // "name ms count" lines, a header first: what the CLI prints under FXREMAT_PHASES=1.
+  std::string ToText() const;
+  // {"name": ms, ...}: what fxremat_bench prints.
+  std::string ToJson() const;
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// The log phases of this thread go to, or nullptr (timing is off).
+PhaseLog* CurrentPhaseLog();
+
+// Installs `log` for this thread for the scope's lifetime (nestable: the
+// previous log comes back after).
+class ScopedPhaseLog {
+ public:
+  explicit ScopedPhaseLog(PhaseLog* log);
+  ~ScopedPhaseLog();
+  ScopedPhaseLog(const ScopedPhaseLog&) = delete;
+  ScopedPhaseLog& operator=(const ScopedPhaseLog&) = delete;
+
+ private:
+  PhaseLog* previous_;
+};
+
+// Times its scope as phase `name` (which must outlive the scope: it is read at
+// the end).
+// Phases nest; each reports its own whole duration, so an outer phase
+// includes its inner ones.
+class ScopedPhase {
+ public:
+  explicit ScopedPhase(std::string_view name)
+      : log_(CurrentPhaseLog()), name_(name), start_(log_ ? Clock::now() : Clock::time_point()) {}
+  ~ScopedPhase() {
+    if (log_) log_->Add(name_, std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
+  }
+  ScopedPhase(const ScopedPhase&) = delete;
+  ScopedPhase& operator=(const ScopedPhase&) = delete;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  PhaseLog* log_;
+  std::string_view name_;
+  Clock::time_point start_;
+};
+
+}  // namespace fxremat

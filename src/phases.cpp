@@ -1,0 +1,41 @@
+// Phase timing (fxremat/phases.h).
+#include "fxremat/phases.h"
+
+#include <fmt/format.h>
+
+namespace fxremat {
+
+namespace {
+thread_local PhaseLog* current_log = nullptr;
+}  // namespace
+
+void PhaseLog::Add(std::string_view name, double ms) {
+  for (Entry& e : entries_) {
+    if (e.name == name) {
+      e.ms += ms;
+      ++e.count;
+      return;
+    }
+  }
+  entries_.push_back(Entry{std::string(name), ms, 1});
+}
+
+std::string PhaseLog::ToText() const {
+  std::string out = fmt::format("{:<28} {:>10} {:>6}\n", "phase", "ms", "count");
+  for (const Entry& e : entries_) out += fmt::format("{:<28} {:>10.1f} {:>6}\n", e.name, e.ms, e.count);
+  return out;
+}
+
+std::string PhaseLog::ToJson() const {
+  std::string out = "{";
+  for (size_t i = 0; i < entries_.size(); ++i)
+    out += fmt::format("{}\"{}\":{:.3f}", i ? "," : "", entries_[i].name, entries_[i].ms);
+  return out + "}";
+}
+
+PhaseLog* CurrentPhaseLog() { return current_log; }
+
+ScopedPhaseLog::ScopedPhaseLog(PhaseLog* log) : previous_(current_log) { current_log = log; }
+ScopedPhaseLog::~ScopedPhaseLog() { current_log = previous_; }
+
+}  // namespace fxremat
