@@ -69,8 +69,6 @@ import subprocess
 import sys
 import time
 import traceback
-import types
-import unittest
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -115,16 +113,7 @@ class Row:
 
 def load_op_db() -> list:
     """``common_methods_invocations.op_db``. Its import chain (common_utils) needs the
-    ``expecttest`` package, which only PyTorch's own test suite installs; where it is
-    missing, a stand-in module (``TestCase`` = ``unittest.TestCase``) takes its place --
-    nothing here uses expecttest's features."""
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("expecttest")
-        stub.TestCase = unittest.TestCase
-        stub.ACCEPT = False
-        sys.modules["expecttest"] = stub
+    ``expecttest`` package, which requirements-dev.txt installs."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     return list(op_db)

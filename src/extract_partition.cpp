@@ -197,8 +197,13 @@ std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*
     if (in->isPlaceholder()) p->setPath(in->path());
     env[in->index()] = p;
   }
+  // Every node of g is a joint node other than its output, under the same name:
+  // "output" is free in g unless the joint has a non-output node so named
+  // (found on this walk: asking the joint by name would build its name index).
+  bool output_name_taken = false;
   for (const auto& up : joint.nodes()) {
     const Node& n = *up;
+    output_name_taken = output_name_taken || (!n.isOutput() && n.name() == "output");
     if (plan.is_input[n.index()] || !plan.live[n.index()]) continue;
     std::vector<Argument> args;
     args.reserve(n.args().size());
@@ -220,12 +225,7 @@ std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*
   }
   std::vector<Argument> values;
   for (Node* o : outputs) values.push_back(o ? Argument::NodeRef(env[o->index()]) : Argument::None());
-  // Every node of g is a joint node other than its output, under the same name:
-  // "output" is free in g unless the joint has a non-output node so named
-  // (asking the joint keeps g's name index unbuilt).
-  const Node* named_output = joint.findNode("output");
-  const bool taken = named_output && !named_output->isOutput();
-  g->createNode(OpKind::kOutput, taken ? g->uniqueName("output") : std::string("output"), "output",
+  g->createNode(OpKind::kOutput, output_name_taken ? g->uniqueName("output") : std::string("output"), "output",
                 {Argument::List(std::move(values))});
   return g;
 }

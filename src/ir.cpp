@@ -131,6 +131,11 @@ const std::string* InternedString::Intern(std::string_view text) {
   return &*it;
 }
 
+const InternedString& CpuDeviceName() {
+  static const InternedString kCpu("cpu");
+  return kCpu;
+}
+
 const InternedString& Node::GetItemTarget() {
   static const InternedString kGetItem("_operator.getitem");
   return kGetItem;
@@ -366,7 +371,7 @@ void Graph::setInputs(Node* node, std::vector<Argument> args, Kwargs kwargs) {
 
 void Graph::replaceAllUsesWith(Node* from, Node* to) {
   assert(from != to);
-  std::vector<Node*> users = from->users_;  // copy: setInputs edits the list
+  NodeList users = from->users_;  // copy: setInputs edits the list
   for (Node* user : users) {
     auto swap = [from, to](Node* n) { return n == from ? to : n; };
     std::vector<Argument> args;
@@ -565,6 +570,7 @@ Status CheckFacts(const ValueFacts& v, const std::string& where) {
 }  // namespace
 
 Status VerifyGraph(const Graph& graph) {
+  ScopedPhase phase("verify-graph");
   const auto& nodes = graph.nodes();
   if (nodes.empty() || !nodes.back()->isOutput())
     return Status::BadInput("graph has no output node (it must be the last node)");

@@ -344,8 +344,10 @@ class JsonPath {
 };
 
 // Node names → their index in "nodes": open addressing over indices into a
-// names array (the names live in the document), so that a lookup touches one
-// slot and one name rather than a hash node and a std::string.
+// names array (the names live in the document). Each slot keeps the upper half
+// of its name's hash beside the index, so a probe reads a name only when the
+// halves match: at a million nodes the names are scattered over hundreds of
+// megabytes of document, and reading one is a cache miss.
 class NameIndex {
  public:
   static constexpr size_t kEmpty = std::numeric_limits<size_t>::max();
@@ -353,30 +355,40 @@ class NameIndex {
     names_ = names;
     size_t capacity = 16;
     while (capacity < 2 * count) capacity *= 2;
-    slots_.assign(capacity, kEmpty);
+    slots_.assign(capacity, Slot{});
   }
   // Adds names[index]; returns the index already holding that name, or kEmpty.
   size_t Insert(size_t index) {
     const std::string_view name = (*names_)[index];
-    for (size_t slot = Slot(name);; slot = (slot + 1) & (slots_.size() - 1)) {
-      if (slots_[slot] == kEmpty) {
-        slots_[slot] = index;
+    const uint64_t hash = Hash(name);
+    for (size_t slot = hash & (slots_.size() - 1);; slot = (slot + 1) & (slots_.size() - 1)) {
+      Slot& s = slots_[slot];
+      if (s.index == kNone) {
+        s = Slot{static_cast<uint32_t>(hash >> 32), static_cast<uint32_t>(index)};
         return kEmpty;
       }
-      if ((*names_)[slots_[slot]] == name) return slots_[slot];
+      if (s.fingerprint == static_cast<uint32_t>(hash >> 32) && (*names_)[s.index] == name) return s.index;
     }
   }
   size_t Find(std::string_view name) const {
     if (slots_.empty()) return kEmpty;
-    for (size_t slot = Slot(name);; slot = (slot + 1) & (slots_.size() - 1)) {
-      if (slots_[slot] == kEmpty || (*names_)[slots_[slot]] == name) return slots_[slot];
+    const uint64_t hash = Hash(name);
+    for (size_t slot = hash & (slots_.size() - 1);; slot = (slot + 1) & (slots_.size() - 1)) {
+      const Slot& s = slots_[slot];
+      if (s.index == kNone) return kEmpty;
+      if (s.fingerprint == static_cast<uint32_t>(hash >> 32) && (*names_)[s.index] == name) return s.index;
     }
   }
 
  private:
-  size_t Slot(std::string_view name) const { return std::hash<std::string_view>()(name) & (slots_.size() - 1); }
+  static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();  // graphs have < 4G nodes
+  struct Slot {
+    uint32_t fingerprint = 0;
+    uint32_t index = kNone;
+  };
+  static uint64_t Hash(std::string_view name) { return std::hash<std::string_view>()(name); }
   const std::vector<std::string_view>* names_ = nullptr;
-  std::vector<size_t> slots_;
+  std::vector<Slot> slots_;
 };
 
 // Reads one JSON document into a Graph through a view V (Note [Two JSON front ends]).
@@ -414,7 +426,7 @@ class GraphReader {
   Expected<Argument> ReadArgument(const V& j, const JsonPath& path, std::string_view node_name, int depth = 0);
   Expected<ValueFacts> ReadValueFacts(const V& j, const JsonPath& path, int depth = 0);
   Expected<Dim> ReadDim(const V& j, const JsonPath& path);
-  Status ReadDims(const V& list, const JsonPath& path, std::vector<Dim>& out);
+  Status ReadDims(const V& list, const JsonPath& path, DimVector& out);
   Status ReadMeta(const V& j, const JsonPath& path, Node* node);
   Status ReadConstants(const V& constants);
   Status ReadSubgraphs(const V& subgraphs);
@@ -431,6 +443,7 @@ class GraphReader {
   // Every node's name → its index in "nodes" (CheckReferences), and the nodes
   // created so far by index: references resolve without the graph's name table.
   NameIndex index_of_;
+  InternedString last_device_ = CpuDeviceName();  // the device the last tensor read was on
   std::vector<std::string_view> names_;  // by index
   std::vector<Node*> created_;
   const JsonPath root_;
@@ -690,7 +703,7 @@ Expected<Dim> GraphReader<V>::ReadDim(const V& j, const JsonPath& path) {
   if (j.kind() == JKind::kObject) {
     if (auto sym = j.find("sym"); IsString(sym)) {
       Dim d;
-      d.expr = std::string(sym->str());
+      d.expr = sym->str();
       if (auto hint = j.find("hint")) {
         FXREMAT_ASSIGN_OR_RETURN(d.hint, ReadInt64(*hint, JsonPath(path, "hint"), "an integer"));
       } else if (auto it = graph_->symbols().find(d.expr); it != graph_->symbols().end()) {
@@ -705,7 +718,7 @@ Expected<Dim> GraphReader<V>::ReadDim(const V& j, const JsonPath& path) {
 }
 
 template <typename V>
-Status GraphReader<V>::ReadDims(const V& list, const JsonPath& path, std::vector<Dim>& out) {
+Status GraphReader<V>::ReadDims(const V& list, const JsonPath& path, DimVector& out) {
   out.reserve(list.size());
   size_t i = 0;
   return list.each([&](const V& item) -> Status {
@@ -744,7 +757,9 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
       return Fail(JsonPath(JsonPath(path, problem->field), problem->index), problem->message);
     if (auto device = f.find("device")) {
       if (device->kind() != JKind::kString) return Fail(JsonPath(path, "device"), "expected a string");
-      v.tensor.device = std::string(device->str());
+      // Interning takes a lock; nearly every tensor of a graph is on one device.
+      if (device->str() != last_device_.str()) last_device_ = InternedString(device->str());
+      v.tensor.device = last_device_;
     }
     if (auto storage = f.find("storage"); !IsNullOrAbsent(storage)) {
       if (!IsInteger(*storage)) return Fail(JsonPath(path, "storage"), "expected an integer");
@@ -991,10 +1006,10 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
                                                      "are not part of aten graphs)", name, op_name));
   if (graph_->outputNode() != nullptr)
     return Fail(path, fmt::format("node '{}' follows the output node (the output node must be last)", name));
-  std::string target = op == OpKind::kOutput ? "output" : std::string(name);
+  std::string_view target = op == OpKind::kOutput ? std::string_view("output") : name;
   if (auto target_field = f.find("target")) {
     if (target_field->kind() != JKind::kString) return Fail(JsonPath(path, "target"), "expected a string");
-    target = std::string(target_field->str());
+    target = target_field->str();
   } else if (op == OpKind::kCallFunction) {
     return Fail(JsonPath(path, "target"), fmt::format("call_function node '{}' has no target", name));
   }
@@ -1031,7 +1046,7 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
         return Fail(fmt::format("{}/args/0/{}", path.str(), i), "an output entry must be a node reference or null");
     }
   }
-  Node* node = graph_->createNode(op, std::string(name), std::move(target), std::move(args), std::move(kwargs));
+  Node* node = graph_->createNode(op, std::string(name), target, std::move(args), std::move(kwargs));
   created_.push_back(node);
   if (auto meta = f.find("meta")) FXREMAT_RETURN_IF_ERROR(ReadMeta(*meta, JsonPath(path, "meta"), node));
   if ((op == OpKind::kPlaceholder || op == OpKind::kCallFunction) &&
@@ -1456,7 +1471,7 @@ void WriteValueFacts(JsonStreamWriter& w, const ValueFacts& v) {
         for (const Dim& d : v.tensor.stride) WriteDim(w, d);
         w.EndArray();
       }
-      w.Key("device"); w.String(v.tensor.device);
+      w.Key("device"); w.String(v.tensor.device.str());
       w.Key("requires_grad"); w.Bool(v.tensor.requires_grad);
       if (v.tensor.storage >= 0) { w.Key("storage"); w.Int(v.tensor.storage); }
       break;

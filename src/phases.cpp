@@ -9,6 +9,12 @@ namespace {
 thread_local PhaseLog* current_log = nullptr;
 }  // namespace
 
+void PhaseLog::Begin(std::string_view name) {
+  for (const Entry& e : entries_)
+    if (e.name == name) return;
+  entries_.push_back(Entry{std::string(name), 0, 0});
+}
+
 void PhaseLog::Add(std::string_view name, double ms) {
   for (Entry& e : entries_) {
     if (e.name == name) {

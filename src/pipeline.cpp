@@ -2,6 +2,10 @@
 #include "fxremat/pipeline.h"
 #include "fxremat/phases.h"
 
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "fxremat/pass.h"
@@ -116,9 +120,18 @@ void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& part
   const std::vector<Node*> outputs = g.outputValues();
   for (size_t i = 0; i < outputs.size() && i < static_cast<size_t>(p.signature.num_fwd_outputs); ++i)
     if (outputs[i]) is_forward_output[outputs[i]->index()] = true;
-  for (SavedValue& v : p.signature.saved) {
+  // The joint node of each saved value, found on one walk of g (looking each
+  // up by name would build g's name index: a million entries for a million nodes).
+  std::unordered_map<std::string_view, size_t> saved_by_name;
+  saved_by_name.reserve(p.signature.saved.size());
+  for (size_t i = 0; i < p.signature.saved.size(); ++i) saved_by_name.emplace(p.signature.saved[i].name, i);
+  std::vector<const Node*> saved_nodes(p.signature.saved.size(), nullptr);
+  for (const auto& up : g.nodes())
+    if (auto it = saved_by_name.find(up->name()); it != saved_by_name.end()) saved_nodes[it->second] = up.get();
+  for (size_t i = 0; i < p.signature.saved.size(); ++i) {
+    SavedValue& v = p.signature.saved[i];
     const std::string own = v.rule.empty() ? partitioner_rule : v.rule;
-    const Node* n = g.findNode(v.name);
+    const Node* n = saved_nodes[i];
     const Node* tuple = n && n->isGetItem() && !n->inputs().empty() ? n->inputs()[0] : nullptr;
     auto any = [&](auto pred) { return (n && pred(*n)) || (tuple && pred(*tuple)); };
     if (n && n->isPlaceholder()) v.rule = "input";

@@ -241,8 +241,8 @@ class FactsParser {
     d.hint = it->second;
     return d;
   }
-  Expected<std::vector<Dim>> ParseDims(std::string_view inner) {
-    std::vector<Dim> dims;
+  Expected<DimVector> ParseDims(std::string_view inner) {
+    DimVector dims;
     int depth = 0;
     size_t start = 0;
     for (size_t i = 0; i <= inner.size(); ++i) {

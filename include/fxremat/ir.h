@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "fxremat/op_schema.h"
 #include "fxremat/status.h"
 
@@ -90,11 +92,18 @@ struct Dim {
   bool operator==(const Dim&) const = default;
 };
 
+// "cpu", interned once (TensorFacts' default device, without a look-up per tensor).
+const InternedString& CpuDeviceName();
+
+// A tensor's sizes or strides: up to four dims inline (no allocation for the
+// tensors of most graphs; a fifth moves them to the heap).
+using DimVector = boost::container::small_vector<Dim, 4>;
+
 struct TensorFacts {
   DType dtype = DType::kFloat32;
-  std::vector<Dim> shape;
-  std::vector<Dim> stride;
-  std::string device = "cpu";
+  DimVector shape;
+  DimVector stride;
+  InternedString device = CpuDeviceName();
   bool requires_grad = false;
   // Values with the same id alias one storage (views of one base); -1 unknown.
   int64_t storage = -1;
@@ -209,6 +218,10 @@ using Kwargs = std::vector<std::pair<std::string, Argument>>;
 // ---------------------------------------------------------------------------
 
 enum class OpKind : uint8_t { kPlaceholder, kCallFunction, kGetAttr, kOutput };
+
+// A node's inputs or users: up to four inline, the common case, so that a
+// node's use lists cost no allocation of their own.
+using NodeList = boost::container::small_vector<Node*, 4>;
 std::string_view OpKindName(OpKind op);  // "placeholder", "call_function", ...
 
 // What a placeholder stands for. See docs/format.md, "role".
@@ -317,9 +330,9 @@ class Node {
   // A kwarg by name, or nullptr.
   const Argument* kwarg(std::string_view key) const;
   // Each distinct user once, in the order the uses were created.
-  const std::vector<Node*>& users() const { return users_; }
+  const NodeList& users() const { return users_; }
   // Each distinct node this node reads, in argument order.
-  const std::vector<Node*>& inputs() const { return inputs_; }
+  const NodeList& inputs() const { return inputs_; }
   // Position in the graph's node order (0-based); stable until nodes are erased.
   size_t index() const { return index_; }
   Graph* owningGraph() const { return graph_; }
@@ -363,8 +376,8 @@ class Node {
   InternedString target_;
   std::vector<Argument> args_;
   Kwargs kwargs_;
-  std::vector<Node*> inputs_;
-  std::vector<Node*> users_;
+  NodeList inputs_;
+  NodeList users_;
   size_t index_ = 0;
   ValueFacts val_;
   NodeMeta meta_;

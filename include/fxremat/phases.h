@@ -13,7 +13,7 @@
 
 namespace fxremat {
 
-// Durations by phase name, in the order each name was first seen; a phase run
+// Durations by phase name, in the order each name first began; a phase run
 // more than once (a pass per budget candidate) is summed, with its count.
 class PhaseLog {
  public:
@@ -22,6 +22,9 @@ class PhaseLog {
     double ms = 0;
     int64_t count = 0;
   };
+  // Makes `name` an entry (at the end, with no time yet) unless it is one:
+  // called when a phase starts, so that entries are in the order phases began.
+  void Begin(std::string_view name);
   void Add(std::string_view name, double ms);
   const std::vector<Entry>& entries() const { return entries_; }
   // "name ms count" lines, a header first: what the CLI prints under FXREMAT_PHASES=1.
@@ -56,7 +59,12 @@ class ScopedPhaseLog {
 class ScopedPhase {
  public:
   explicit ScopedPhase(std::string_view name)
-      : log_(CurrentPhaseLog()), name_(name), start_(log_ ? Clock::now() : Clock::time_point()) {}
+      : log_(CurrentPhaseLog()), name_(name) {
+    if (log_) {
+      log_->Begin(name_);
+      start_ = Clock::now();
+    }
+  }
   ~ScopedPhase() {
     if (log_) log_->Add(name_, std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
   }

@@ -1,6 +1,12 @@
 // IR edit functions keep use lists consistent; the verifier names what is wrong.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "fxremat/ir.h"
 
 using namespace fxremat;
@@ -22,8 +28,8 @@ TEST_CASE("createNode keeps the output node last and records users") {
   REQUIRE(g.nodes().back().get() == out);
   REQUIRE(b->index() == 1);
   REQUIRE(out->index() == 2);
-  REQUIRE(a->users() == std::vector<Node*>{out, b});
-  REQUIRE(b->inputs() == std::vector<Node*>{a});
+  REQUIRE(a->users() == NodeList{out, b});
+  REQUIRE(b->inputs() == NodeList{a});
 }
 
 TEST_CASE("a node used twice is one user; setInputs and replaceAllUsesWith update use lists") {
@@ -34,11 +40,11 @@ TEST_CASE("a node used twice is one user; setInputs and replaceAllUsesWith updat
   REQUIRE(a->users().size() == 1);
   REQUIRE(c->inputs().size() == 1);
   g.setInputs(c, {Argument::NodeRef(b), Argument::List({Argument::NodeRef(a)})});
-  REQUIRE(b->users() == std::vector<Node*>{c});
-  REQUIRE(c->inputs() == std::vector<Node*>{b, a});
+  REQUIRE(b->users() == NodeList{c});
+  REQUIRE(c->inputs() == NodeList{b, a});
   g.replaceAllUsesWith(a, b);
   REQUIRE(a->users().empty());
-  REQUIRE(c->inputs() == std::vector<Node*>{b});
+  REQUIRE(c->inputs() == NodeList{b});
   REQUIRE(c->args()[1].list[0].node == b);
   g.eraseNode(a);
   REQUIRE(g.findNode("a") == nullptr);
@@ -110,4 +116,54 @@ TEST_CASE("CloneGraph copies nodes, facts and metadata") {
   REQUIRE(cb->inputs()[0] == copy->findNode("a"));
   REQUIRE(copy->findNode("a")->meta().recompute == Decision::kMustSave);
   REQUIRE(VerifyGraph(*copy).ok());
+}
+
+TEST_CASE("InternedString: one copy per text, compared by text") {
+  const InternedString a("aten.mm.default"), b(std::string("aten.mm.default")), c("aten.addmm.default");
+  REQUIRE(&a.str() == &b.str());  // the same interned copy
+  REQUIRE(a == b);
+  REQUIRE_FALSE(a == c);
+  REQUIRE(a == std::string("aten.mm.default"));
+  REQUIRE(a == std::string_view("aten.mm.default"));
+  REQUIRE(a == "aten.mm.default");
+  const InternedString empty, also_empty("");
+  REQUIRE(empty.empty());
+  REQUIRE(also_empty.empty());
+  REQUIRE(empty == also_empty);
+  REQUIRE(empty.str().empty());
+  REQUIRE_FALSE(empty == a);
+  REQUIRE(CpuDeviceName() == "cpu");
+  REQUIRE(TensorFacts().device == "cpu");
+}
+
+TEST_CASE("Note [Node arena]: nodes keep their addresses across chunks, erasures and reorders") {
+  Graph g;
+  constexpr int kNodes = 3 * 512 + 7;  // several chunks
+  std::vector<Node*> created;
+  Node* x = g.createNode(OpKind::kPlaceholder, "x", "x");
+  created.push_back(x);
+  for (int i = 1; i < kNodes; ++i)
+    created.push_back(g.createNode(OpKind::kCallFunction, fmt::format("n{}", i), "aten.sin.default",
+                                   {Argument::NodeRef(created.back())}));
+  g.createNode(OpKind::kOutput, "output", "output", {Argument::List({Argument::NodeRef(created.back())})});
+  for (int i = 0; i < kNodes; ++i) {
+    REQUIRE(g.nodes()[static_cast<size_t>(i)].get() == created[static_cast<size_t>(i)]);
+    REQUIRE(created[static_cast<size_t>(i)]->name() == (i == 0 ? "x" : fmt::format("n{}", i)));
+  }
+  REQUIRE(created[700]->inputs() == NodeList{created[699]});
+  REQUIRE(g.findNode("n1000") == created[1000]);
+  // A node created after others are erased gets a fresh slot; the survivors stay put.
+  Node* side = g.createNode(OpKind::kCallFunction, "side", "aten.cos.default", {Argument::NodeRef(x)});
+  g.eraseNode(side);
+  Node* again = g.createNode(OpKind::kCallFunction, "again", "aten.cos.default", {Argument::NodeRef(x)});
+  REQUIRE(again->name() == "again");
+  REQUIRE(x->users() == NodeList{created[1], again});
+  for (const auto& up : g.nodes())
+    if (!up->isOutput()) up->val() = F32({4});
+  const Status verified = VerifyGraph(g);
+  INFO(verified.ToString());
+  REQUIRE(verified.ok());
+  std::unique_ptr<Graph> copy = CloneGraph(g);
+  REQUIRE(copy->size() == g.size());
+  REQUIRE(copy->findNode("n1000")->inputs()[0]->name() == "n999");
 }

@@ -17,7 +17,7 @@ using namespace fxremat;
 
 namespace {
 
-ValueFacts F32(std::vector<Dim> shape) {
+ValueFacts F32(DimVector shape) {
   ValueFacts v;
   v.kind = ValueFacts::Kind::kTensor;
   v.tensor.shape = std::move(shape);

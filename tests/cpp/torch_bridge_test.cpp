@@ -28,7 +28,7 @@ namespace {
 // Graph building helpers
 // ---------------------------------------------------------------------------
 
-ValueFacts Tensor(std::vector<Dim> shape, DType dtype = DType::kFloat32) {
+ValueFacts Tensor(DimVector shape, DType dtype = DType::kFloat32) {
   ValueFacts v;
   v.kind = ValueFacts::Kind::kTensor;
   v.tensor.dtype = dtype;
@@ -42,7 +42,7 @@ ValueFacts Tensor(std::vector<Dim> shape, DType dtype = DType::kFloat32) {
 }
 
 ValueFacts Tensor(std::initializer_list<int64_t> shape, DType dtype = DType::kFloat32) {
-  std::vector<Dim> dims;
+  DimVector dims;
   for (int64_t d : shape) dims.push_back(Dim::Static(d));
   return Tensor(std::move(dims), dtype);
 }
