@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
+import gzip
 import json
 import math
 import os
@@ -58,6 +59,7 @@ except ImportError:  # not pip-installed (yet): use the source tree
 TARGET_PASS_SPEEDUP = 100.0     # the whole in-process pass, on graphs of >= 10k nodes (issue 11)
 TARGET_CLI_SPEEDUP = 20.0       # on graphs of >= 10k nodes
 TARGET_1M_SECONDS = 2.0
+TARGET_1M_CLI_SECONDS = 5.0
 LARGE = 10_000
 
 
@@ -97,6 +99,7 @@ def parse_phases(stderr: str) -> dict:
 def run_ours_cli(build: Path, graph: Path, repeat: int, partitioner: str, max_flow: str | None) -> dict:
     times = []
     phases = []
+    rss_kb = []
     saved_bytes = None
     with tempfile.TemporaryDirectory(prefix="fxremat-bench-") as tmp:
         for i in range(repeat):
@@ -106,13 +109,21 @@ def run_ours_cli(build: Path, graph: Path, repeat: int, partitioner: str, max_fl
                 cmd += ["--config", f"max_flow={max_flow}"]
             t0 = time.perf_counter()
             # FXREMAT_PHASES=1: the CLI prints each phase's time to stderr (fxremat/phases.h).
-            r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "FXREMAT_PHASES": "1"})
-            t1 = time.perf_counter()
-            if r.returncode != 0:
-                raise RuntimeError(f"{shlex.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+            # Waited for with wait4: its own peak RSS, not the largest of all children so far.
+            with tempfile.TemporaryFile("w+") as err:
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                        env={**os.environ, "FXREMAT_PHASES": "1"})
+                _, status, usage = os.wait4(proc.pid, 0)
+                t1 = time.perf_counter()
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                err.seek(0)
+                stderr = err.read()
+            if proc.returncode != 0:
+                raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {stderr.strip()}")
             times.append((t1 - t0) * 1000.0)
-            phases.append(parse_phases(r.stderr))
+            rss_kb.append(usage.ru_maxrss)
+            phases.append(parse_phases(stderr))
+            written_bytes = sum((out / f).stat().st_size for f in ("forward.json", "backward.json"))
             sig = json.loads((out / "signature.json").read_text())
             saved_bytes = int(sig["saved_bytes"])
             saved_count = len(sig["saved"])
@@ -123,7 +134,18 @@ def run_ours_cli(build: Path, graph: Path, repeat: int, partitioner: str, max_fl
     names = [k for k in phases[0]] if phases else []
     median_phases = {k: statistics.median(p.get(k, 0.0) for p in phases) for k in names}
     return dict(cli_ms=times, saved_bytes=saved_bytes, saved_count=saved_count, command=shlex.join(cmd),
-                phases=median_phases)
+                phases=median_phases, written_bytes=written_bytes, max_rss_kb=max(rss_kb))
+
+
+def json_bytes(graph: Path) -> int:
+    """Bytes of the graph's uncompressed JSON (what a load reads)."""
+    if graph.suffix != ".gz":
+        return graph.stat().st_size
+    n = 0
+    with gzip.open(graph, "rb") as f:
+        while chunk := f.read(1 << 24):
+            n += len(chunk)
+    return n
 
 
 def _reference_saved(fw, num_fwd_outputs: int) -> tuple[int, int]:
@@ -445,6 +467,21 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
             add(f"| `{r['name']}` | " + " | ".join(fmt_ms(ph.get(c)) if c in ph else "–" for c in cols)
                 + f" | {fmt_ms(r['cli_median_ms'])} |")
         add("")
+        add("I/O throughput from the same phases: **load** = the graph's uncompressed JSON ÷ (read-file +")
+        add("parse-json + build-graph; read-file includes gunzip of a `.json.gz`); **write** = the bytes of")
+        add("`forward.json` + `backward.json` ÷ write-graph (format 1.5: each distinct stack trace once).")
+        add("")
+        add("| graph | JSON read | load | load MB/s | written | write | write MB/s | CLI peak RSS |")
+        add("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in phase_rows:
+            ph = r["cli_phases"]
+            load = sum(ph.get(k, 0.0) for k in ("read-file", "parse-json", "build-graph"))
+            write = ph.get("write-graph", 0.0)
+            mb_in, mb_out = r["json_bytes"] / 1e6, r["cli_written_bytes"] / 1e6
+            add(f"| `{r['name']}` | {mb_in:,.1f} MB | {fmt_ms(load)} | {mb_in / (load / 1e3):,.0f} | {mb_out:,.1f} MB "
+                f"| {fmt_ms(write)} | {mb_out / (write / 1e3) if write else float('nan'):,.0f} "
+                f"| {r['cli_max_rss_kb'] / 1024:,.0f} MiB |")
+        add("")
     add("## Targets")
     add("")
     for line in meta["targets"]:
@@ -519,11 +556,18 @@ def evaluate_targets(rows: list[dict], meta: dict) -> list[str]:
         out.append("Time ~ linear in node count: not evaluated (fewer than two synthetic graphs).")
     one_m = [r for r in rows if 900_000 <= r["nodes"] <= 1_100_000]
     for r in one_m:
-        cells = [(label, r[key]) for key, label in (("solver_median_ms", "solver"), ("partition_median_ms", "pass"),
-                                                    ("cli_median_ms", "whole CLI path"))]
-        out.append(f"1M-node graph (`{r['name']}`, {r['nodes']:,} nodes) in ≤ {TARGET_1M_SECONDS:.0f} s: "
-                   + ", ".join(f"{label} {fmt_ms(ms)} ({'met' if ms <= TARGET_1M_SECONDS * 1000 else 'not met'})"
-                               for label, ms in cells) + ".")
+        # Issue 11: the whole pass in <= 2 s, the CLI in <= 5 s, the CLI's peak RSS <= 2 GB; the
+        # solver alone for information.
+        cells = [("solver (information)", r["solver_median_ms"], TARGET_1M_SECONDS),
+                 ("pass", r["partition_median_ms"], TARGET_1M_SECONDS),
+                 ("whole CLI path", r["cli_median_ms"], TARGET_1M_CLI_SECONDS)]
+        line = (f"1M-node graph (`{r['name']}`, {r['nodes']:,} nodes): "
+                + ", ".join(f"{label} {fmt_ms(ms)} (≤ {limit:.0f} s: {'met' if ms <= limit * 1000 else 'not met'})"
+                            for label, ms, limit in cells))
+        if r.get("cli_max_rss_kb"):
+            gib = r["cli_max_rss_kb"] * 1024 / 2**30
+            line += f"; CLI peak RSS {gib:.2f} GiB (≤ 2 GB: {'met' if r['cli_max_rss_kb'] * 1024 <= 2e9 else 'not met'})"
+        out.append(line + ".")
     return out
 
 
@@ -602,7 +646,9 @@ def main(argv=None) -> int:
         log(f"   ours: solver {fmt_ms(row['solver_median_ms'])}, pass {fmt_ms(row['partition_median_ms'])}, "
             f"saved {ours['saved_bytes']} B")
         cli = run_ours_cli(build, path, ns.repeat, ns.partitioner, ns.max_flow)
-        row.update(cli_ms=cli["cli_ms"], cli_median_ms=statistics.median(cli["cli_ms"]), cli_phases=cli["phases"])
+        row.update(cli_ms=cli["cli_ms"], cli_median_ms=statistics.median(cli["cli_ms"]), cli_phases=cli["phases"],
+                   cli_written_bytes=cli["written_bytes"], json_bytes=json_bytes(path),
+                   cli_max_rss_kb=cli["max_rss_kb"])
         if cli["saved_bytes"] != ours["saved_bytes"]:
             notes.append(f"`{name}`: the CLI saved {cli['saved_bytes']} B but fxremat_bench {ours['saved_bytes']} B.")
         log(f"   CLI: {fmt_ms(row['cli_median_ms'])}")

@@ -242,8 +242,8 @@ class BudgetSolver {
       if (!node->isCallFunction() || c_.in_tangents_closure[node->index()]) continue;
       if (!node->val().is_tensor() && !node->val().is_sym()) continue;
       const Node* tuple = node->isGetItem() && node->args()[0].is_node() ? node->args()[0].node : nullptr;
-      const bool forced = RandomOpMustBeSaved(*node) || !node->meta().reads_mutated.empty() ||
-                          (tuple && !tuple->meta().reads_mutated.empty()) || MustBeInForward(*node) ||
+      const bool forced = RandomOpMustBeSaved(*node) || !node->meta().rare().reads_mutated.empty() ||
+                          (tuple && !tuple->meta().rare().reads_mutated.empty()) || MustBeInForward(*node) ||
                           (tuple && MustBeInForward(*tuple)) || node->meta().recompute == Decision::kMustSave;
       if (forced) is_forced_[node->index()] = true;
     }

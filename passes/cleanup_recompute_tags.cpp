@@ -21,8 +21,8 @@ Expected<bool> CleanupRecomputeTags(Graph& graph, bool is_default_partition) {
       bool user_recomputes = false;
       for (Node* user : node.users()) {
         user_recomputes = user_recomputes || MustRecompute(*user);
-        if (MustRecompute(*user) && user->meta().ac_graph_id && node.meta().ac_graph_id &&
-            *user->meta().ac_graph_id > *node.meta().ac_graph_id)
+        if (MustRecompute(*user) && user->meta().rare().ac_graph_id && node.meta().rare().ac_graph_id &&
+            *user->meta().rare().ac_graph_id > *node.meta().rare().ac_graph_id)
           make_must_save(node);
       }
       // A region output with a backward hook (FSDP's all-gather hooks) is saved:
@@ -30,13 +30,13 @@ Expected<bool> CleanupRecomputeTags(Graph& graph, bool is_default_partition) {
       if (node.meta().has_backward_hook && !user_recomputes) make_must_save(node);
       continue;
     }
-    if (!is_default_partition || node.meta().ac_graph_id || node.isOutput()) continue;
+    if (!is_default_partition || node.meta().rare().ac_graph_id || node.isOutput()) continue;
     bool feeds_region = false;
     for (Node* user : node.users()) feeds_region = feeds_region || MustRecompute(*user);
     if (!feeds_region) continue;
     // A getitem of a multi-output node that lives inside a region is not saved.
     if (node.isGetItem() && !node.args().empty() && node.args()[0].is_node() &&
-        node.args()[0].node->meta().ac_graph_id)
+        node.args()[0].node->meta().rare().ac_graph_id)
       continue;
     make_must_save(node);
   }

@@ -103,7 +103,7 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
     // A random op (or one of its results) tagged for recompute is recomputed
     // only where its draw can be replayed (Note [Replaying random ops] in
     // passes/functionalize_rng.h); otherwise it is saved.
-    if (!MustRecompute(*n) || !n->meta().reads_mutated.empty() || RandomOpMustBeSaved(*n)) add_unique(saved_values, n);
+    if (!MustRecompute(*n) || !n->meta().rare().reads_mutated.empty() || RandomOpMustBeSaved(*n)) add_unique(saved_values, n);
   }
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(),
                                   [](Node* n) { return IsAssertOnlySymBool(*n); }),

@@ -19,7 +19,7 @@ Expected<std::string> NameOf(const Node& op) {
   if (name == nullptr || name->kind != Argument::Kind::kString)
     return Status::BadInput(fmt::format("naming op '{}' takes a string constant as its name", op.target()),
                             fmt::format("node '{}'", op.name()));
-  return name->text;
+  return name->text.str();
 }
 
 void AddName(NodeMeta& meta, const std::string& name, bool offload) {

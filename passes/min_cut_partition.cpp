@@ -315,9 +315,9 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
   }
   const bool prefer_recompute = decision == Decision::kPreferRecompute;
   // Note [Mutated inputs]: recomputed in the backward it would read overwritten data.
-  if (!node.meta().reads_mutated.empty())
+  if (!node.meta().rare().reads_mutated.empty())
     BanRecomputationIfAllowed(node, fmt::format("reads '{}' before the forward overwrites it (Note [Mutated inputs])",
-                                                node.meta().reads_mutated),
+                                                node.meta().rare().reads_mutated),
                               /*forced=*/true);
   if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input", /*forced=*/true);
   else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed", /*forced=*/true);
@@ -637,7 +637,7 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const JointClassificati
       // Random ops are never replayed (they would draw again): their results
       // are saved too -- where PyTorch would functionalize the RNG instead.
       const Node* tuple = n->isGetItem() && !n->inputs().empty() ? n->inputs()[0] : nullptr;
-      const bool marked = !n->meta().reads_mutated.empty() || (tuple && !tuple->meta().reads_mutated.empty()) ||
+      const bool marked = !n->meta().rare().reads_mutated.empty() || (tuple && !tuple->meta().rare().reads_mutated.empty()) ||
                           IsRandomOp(*n) || (tuple && IsRandomOp(*tuple));
       if (marked && n->val().is_tensor()) { extra[n->index()] = true; continue; }
       for (const Node* in : n->inputs()) stack.push_back(in);
@@ -668,14 +668,14 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassific
   // Note [Region budgets]: in increasing precedence, the option (or ambient
   // config), the first node's legacy memory_budget, the region budget.
   for (const auto& up : g.nodes())
-    if (up->meta().memory_budget) {
-      options.activation_memory_budget = *up->meta().memory_budget;
+    if (up->meta().rare().memory_budget) {
+      options.activation_memory_budget = *up->meta().rare().memory_budget;
       break;
     }
   std::set<double> budgets;
   std::vector<std::string> unannotated;
   for (const auto& up : g.nodes()) {
-    if (up->meta().region_memory_budget) budgets.insert(*up->meta().region_memory_budget);
+    if (up->meta().rare().region_memory_budget) budgets.insert(*up->meta().rare().region_memory_budget);
     else if (up->isCallFunction() && c.required_by_forward[up->index()]) unannotated.push_back(up->name());
   }
   // As the reference (torch 2.13), a budget must cover the higher-order ops'
@@ -685,7 +685,7 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassific
     for (const auto& [name, sub] : graph.subgraphs()) {
       if (depth > kMaxSubgraphNesting) return;
       for (const auto& up : sub->nodes()) {
-        if (up->meta().region_memory_budget) budgets.insert(*up->meta().region_memory_budget);
+        if (up->meta().rare().region_memory_budget) budgets.insert(*up->meta().rare().region_memory_budget);
         else if (up->isCallFunction()) unannotated.push_back(up->name());
       }
       visit(*sub, depth + 1);

@@ -103,8 +103,8 @@ Expected<bool> ProtectMutations(Graph& joint) {
       const Node* root = AliasRoot(input);
       if (last_write[root->index()] > static_cast<int64_t>(n.index())) { reads = root->name(); break; }
     }
-    if (reads.empty() || n.meta().reads_mutated == reads) continue;
-    n.meta().reads_mutated = reads;
+    if (reads.empty() || n.meta().rare().reads_mutated == reads) continue;
+    n.meta().mutableRare().reads_mutated = reads;
     changed = true;
   }
   return changed;
@@ -127,18 +127,18 @@ std::string DescribeMutation(const Graph& joint, const std::string& mutated) {
 
 Status CheckMutationDemands(const Graph& joint) {
   bool any = false;
-  for (const auto& up : joint.nodes()) any = any || !up->meta().reads_mutated.empty();
+  for (const auto& up : joint.nodes()) any = any || !up->meta().rare().reads_mutated.empty();
   if (!any) return Status::Ok();
   FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(joint));
   const std::vector<bool> needed = NeededByBackward(joint, c);
   for (const auto& up : joint.nodes()) {
     const Node& n = *up;
-    if (n.meta().reads_mutated.empty() || n.meta().recompute != Decision::kMustRecompute || !needed[n.index()]) continue;
+    if (n.meta().rare().reads_mutated.empty() || n.meta().recompute != Decision::kMustRecompute || !needed[n.index()]) continue;
     return Status::BadInput(
         fmt::format("value '{}' is marked MUST_RECOMPUTE, but it reads '{}' before the forward overwrites it: {}. "
                     "Recomputed in the backward it would read the new data and give wrong gradients; save it "
                     "instead (Note [Mutated inputs])",
-                    n.name(), n.meta().reads_mutated, DescribeMutation(joint, n.meta().reads_mutated)),
+                    n.name(), n.meta().rare().reads_mutated, DescribeMutation(joint, n.meta().rare().reads_mutated)),
         fmt::format("node '{}'", n.name()));
   }
   return Status::Ok();

@@ -9,7 +9,7 @@
 // A value computed from the old data, such as `add = primals_1 + 1`, is only
 // right when computed before the write. Recomputing it in the backward would
 // read the new data and give wrong gradients silently, so:
-//   1. ProtectMutations sets meta().reads_mutated on every forward op that
+//   1. ProtectMutations sets meta().rare().reads_mutated on every forward op that
 //      reads (directly or through views) a value written later in the forward.
 //      Views of such a value are aliases, not readers: their readers are.
 //   2. Every partitioner honours it: the min cut bans recomputing the value

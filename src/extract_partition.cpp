@@ -330,7 +330,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
     e.path = c.primals[i]->path();
     e.gradient_index = static_cast<int64_t>(i);
     e.has_gradient = c.backward_outputs[i] != nullptr;
-    e.written_back_from = c.primals[i]->meta().written_back_from;
+    e.written_back_from = c.primals[i]->meta().rare().written_back_from;
     sig.primals.push_back(std::move(e));
   }
   for (size_t i = 0; i < c.forward_outputs.size(); ++i) {

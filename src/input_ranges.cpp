@@ -101,7 +101,7 @@ IndexBound ValidIndexRange(const Graph& graph, const Node& input) {
 
 std::pair<int64_t, int64_t> IntegerInputRange(const Node& node) {
   const IndexBound bound = ValidIndexRange(*node.owningGraph(), node);
-  const auto& recorded = node.meta().value_range;
+  const auto& recorded = node.meta().rare().value_range;
   if (!bound.any) return recorded ? *recorded : std::pair<int64_t, int64_t>{0, 0};
   if (recorded) {
     const int64_t lo = std::max(bound.low, recorded->first), hi = std::min(bound.high, recorded->second);

@@ -131,6 +131,8 @@ const std::string* InternedString::Intern(std::string_view text) {
   return &*it;
 }
 
+const RareNodeMeta NodeMeta::kNoRare;
+
 const InternedString& CpuDeviceName() {
   static const InternedString kCpu("cpu");
   return kCpu;
@@ -595,8 +597,8 @@ Status VerifyGraph(const Graph& graph) {
         n.val().kind == ValueFacts::Kind::kUnknown)
       return Status::BadInput("missing value facts (meta.val)", where);
     FXREMAT_RETURN_IF_ERROR(CheckFacts(n.val(), where));
-    if (n.meta().value_range)
-      if (auto problem = ValueRangeProblem(n.meta().value_range->first, n.meta().value_range->second))
+    if (n.meta().rare().value_range)
+      if (auto problem = ValueRangeProblem(n.meta().rare().value_range->first, n.meta().rare().value_range->second))
         return Status::BadInput(*problem, where);
     if (n.op() == OpKind::kGetAttr) {
       const bool is_constant = graph.constants().count(n.target()) > 0;
@@ -659,7 +661,7 @@ Status VerifyGraph(const Graph& graph) {
                                           joint.tangent_outputs.size(), tangents),
                               "joint.tangent_outputs");
     for (Node* p : graph.placeholders()) {
-      const std::optional<int64_t>& from = p->meta().written_back_from;
+      const std::optional<int64_t>& from = p->meta().rare().written_back_from;
       if (!from) continue;
       if (!p->meta().mutated || p->role() != PlaceholderRole::kPrimal)
         return Status::BadInput("written_back_from is only for a mutated primal", fmt::format("node '{}'", p->name()));

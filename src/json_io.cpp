@@ -443,6 +443,7 @@ class GraphReader {
   // Every node's name → its index in "nodes" (CheckReferences), and the nodes
   // created so far by index: references resolve without the graph's name table.
   NameIndex index_of_;
+  std::vector<SharedText> stack_traces_;  // the document's "stack_traces" (Note [Stack-trace table])
   InternedString last_device_ = CpuDeviceName();  // the device the last tensor read was on
   std::vector<std::string_view> names_;  // by index
   std::vector<Node*> created_;
@@ -915,8 +916,18 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
   FXREMAT_RETURN_IF_ERROR(read_string("recompute", recompute));
   FXREMAT_RETURN_IF_ERROR(read_string("partitioner_tag", partitioner_tag));
   if (auto field = f.find("stack_trace"); !IsNullOrAbsent(field)) {
-    if (field->kind() != JKind::kString) return Fail(JsonPath(path, "stack_trace"), "expected a string");
-    meta.stack_trace = InternedText(field->str());
+    if (field->kind() == JKind::kString) {
+      meta.stack_trace = InternedText(field->str());
+    } else if (IsInteger(*field)) {  // Note [Stack-trace table]
+      const int64_t k = field->int64();
+      if (k < 0 || k >= static_cast<int64_t>(stack_traces_.size()))
+        return Fail(JsonPath(path, "stack_trace"),
+                    fmt::format("stack trace {} is not an index of \"stack_traces\" (which has {})", k,
+                                stack_traces_.size()));
+      meta.stack_trace = stack_traces_[static_cast<size_t>(k)];
+    } else {
+      return Fail(JsonPath(path, "stack_trace"), "expected a string or an index of \"stack_traces\"");
+    }
   }
   if (!recompute.empty()) {
     // Only the plain names (not "CheckpointPolicy.MUST_SAVE", which DecisionFromName also takes).
@@ -932,7 +943,7 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
   }
   if (auto id = f.find("ac_graph_id"); !IsNullOrAbsent(id)) {
     if (!IsInteger(*id)) return Fail(JsonPath(path, "ac_graph_id"), "expected an integer");
-    meta.ac_graph_id = id->int64();
+    meta.mutableRare().ac_graph_id = id->int64();
   }
   if (auto names = f.find("names"); !IsNullOrAbsent(names)) {
     const JsonPath names_path(path, "names");
@@ -956,19 +967,19 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
   FXREMAT_RETURN_IF_ERROR(read_flag("mutated", meta.mutated));
   FXREMAT_RETURN_IF_ERROR(read_flag("saved_tensor_with_no_vc_check", meta.no_vc_check));
   FXREMAT_RETURN_IF_ERROR(read_flag("has_backward_hook", meta.has_backward_hook));
-  for (const auto& [key, field] : {std::pair{"memory_budget", &NodeMeta::memory_budget},
-                                   std::pair{"region_memory_budget", &NodeMeta::region_memory_budget}}) {
+  for (const auto& [key, field] : {std::pair{"memory_budget", &RareNodeMeta::memory_budget},
+                                   std::pair{"region_memory_budget", &RareNodeMeta::region_memory_budget}}) {
     auto value = f.find(key);
     if (IsNullOrAbsent(value)) continue;
     const JKind k = value->kind();
     if ((k != JKind::kInt && k != JKind::kBigUnsigned && k != JKind::kFloat) || !std::isfinite(value->number()))
       return Fail(JsonPath(path, key), "expected a number");
-    meta.*field = value->number();
+    meta.mutableRare().*field = value->number();
   }
   if (auto from = f.find("written_back_from"); !IsNullOrAbsent(from)) {
     if (!IsInteger(*from) || from->int64() < 0)
       return Fail(JsonPath(path, "written_back_from"), "expected a forward output index");
-    meta.written_back_from = from->int64();
+    meta.mutableRare().written_back_from = from->int64();
   }
   if (auto r = f.find("value_range"); !IsNullOrAbsent(r)) {
     const JsonPath range_path(path, "value_range");
@@ -976,7 +987,7 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
     FXREMAT_ASSIGN_OR_RETURN(int64_t low, ReadInt64(r->at(0), JsonPath(range_path, size_t{0}), "an integer (low)"));
     FXREMAT_ASSIGN_OR_RETURN(int64_t high, ReadInt64(r->at(1), JsonPath(range_path, size_t{1}), "an integer (high)"));
     if (auto problem = ValueRangeProblem(low, high)) return Fail(range_path, *problem);
-    meta.value_range = std::make_pair(low, high);
+    meta.mutableRare().value_range = std::make_pair(low, high);
   }
   return Status::Ok();
 }
@@ -1186,6 +1197,17 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   if (auto ops = doc.find("ops")) FXREMAT_RETURN_IF_ERROR(ReadOps(*ops));
   if (auto constants = doc.find("constants")) FXREMAT_RETURN_IF_ERROR(ReadConstants(*constants));
   if (auto subgraphs = doc.find("subgraphs")) FXREMAT_RETURN_IF_ERROR(ReadSubgraphs(*subgraphs));
+  if (auto traces = doc.find("stack_traces"); !IsNullOrAbsent(traces)) {  // Note [Stack-trace table]
+    const JsonPath traces_path(root_, "stack_traces");
+    if (traces->kind() != JKind::kArray) return Fail(traces_path, "expected an array of strings");
+    size_t i = 0;
+    FXREMAT_RETURN_IF_ERROR(traces->each([&](const V& t) -> Status {
+      if (t.kind() != JKind::kString) return Fail(JsonPath(traces_path, i), "expected a string");
+      ++i;
+      stack_traces_.push_back(InternedText(t.str()));
+      return Status::Ok();
+    }));
+  }
   auto nodes_field = doc.find("nodes");
   if (!nodes_field || nodes_field->kind() != JKind::kArray) return Fail("/nodes", "missing the node list");
   std::vector<V> nodes;
@@ -1542,6 +1564,30 @@ void WriteArgument(JsonStreamWriter& w, const Argument& a) {
   w.Null();
 }
 
+// Note [Stack-trace table] (format 1.5): a graph's distinct stack traces are
+// written once, in the order nodes first use them, under "stack_traces"; a
+// node's meta.stack_trace is then an index into that list. A transformer's
+// joint graph repeats one ~2 KB trace per op per layer: written per node, the
+// traces were three quarters of a partition's output. Readers take a string
+// too (files of format <= 1.4, hand-written ones).
+class StackTraceTable {
+ public:
+  explicit StackTraceTable(const Graph& graph) {
+    for (const auto& up : graph.nodes()) {
+      const SharedText& t = up->meta().stack_trace;
+      if (!t.empty() && index_.emplace(t.str(), static_cast<int64_t>(texts_.size())).second)
+        texts_.push_back(&t.str());
+    }
+  }
+  bool empty() const { return texts_.empty(); }
+  const std::vector<const std::string*>& texts() const { return texts_; }
+  int64_t IndexOf(const SharedText& t) const { return index_.at(t.str()); }
+
+ private:
+  std::vector<const std::string*> texts_;
+  std::unordered_map<std::string_view, int64_t> index_;
+};
+
 // The graph object of GraphToJsonDocument, streamed (Note [Streaming writer]);
 // a nested subgraph document (`nested`) has no format and version of its own.
 // Returns false when the sink failed.
@@ -1632,6 +1678,13 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
     }
     w.EndObject();
   }
+  const StackTraceTable traces(graph);
+  if (!traces.empty()) {
+    w.Key("stack_traces");
+    w.BeginArray();
+    for (const std::string* t : traces.texts()) w.String(*t);
+    w.EndArray();
+  }
   w.Key("nodes");
   w.BeginArray();
   for (const auto& up : graph.nodes()) {
@@ -1677,23 +1730,23 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
     }
     const NodeMeta& m = n.meta();
     const bool has_val = n.val().kind != ValueFacts::Kind::kUnknown;
-    if (has_val || m.recompute != Decision::kNone || m.ac_graph_id || m.partitioner_tag != PartitionerTag::kNone || !m.stack_trace.empty() ||
-        m.value_range || !m.names.empty() || m.offload_requested || m.mutated || m.no_vc_check ||
-        m.has_backward_hook || m.written_back_from || m.memory_budget || m.region_memory_budget) {
+    if (has_val || m.recompute != Decision::kNone || m.rare().ac_graph_id || m.partitioner_tag != PartitionerTag::kNone || !m.stack_trace.empty() ||
+        m.rare().value_range || !m.names.empty() || m.offload_requested || m.mutated || m.no_vc_check ||
+        m.has_backward_hook || m.rare().written_back_from || m.rare().memory_budget || m.rare().region_memory_budget) {
       w.Key("meta");
       w.BeginObject();
       if (has_val) { w.Key("val"); WriteValueFacts(w, n.val()); }
       if (m.recompute != Decision::kNone) { w.Key("recompute"); w.String(DecisionName(m.recompute)); }
-      if (m.ac_graph_id) { w.Key("ac_graph_id"); w.Int(*m.ac_graph_id); }
+      if (m.rare().ac_graph_id) { w.Key("ac_graph_id"); w.Int(*m.rare().ac_graph_id); }
       if (m.partitioner_tag != PartitionerTag::kNone) {
         w.Key("partitioner_tag"); w.String(PartitionerTagName(m.partitioner_tag));
       }
-      if (!m.stack_trace.empty()) { w.Key("stack_trace"); w.String(m.stack_trace); }
-      if (m.value_range) {
+      if (!m.stack_trace.empty()) { w.Key("stack_trace"); w.Int(traces.IndexOf(m.stack_trace)); }
+      if (m.rare().value_range) {
         w.Key("value_range");
         w.BeginArray();
-        w.Int(m.value_range->first);
-        w.Int(m.value_range->second);
+        w.Int(m.rare().value_range->first);
+        w.Int(m.rare().value_range->second);
         w.EndArray();
       }
       if (!m.names.empty()) { w.Key("names"); w.StringArray(m.names); }
@@ -1701,9 +1754,9 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
       if (m.mutated) { w.Key("mutated"); w.Bool(true); }
       if (m.no_vc_check) { w.Key("saved_tensor_with_no_vc_check"); w.Bool(true); }
       if (m.has_backward_hook) { w.Key("has_backward_hook"); w.Bool(true); }
-      if (m.written_back_from) { w.Key("written_back_from"); w.Int(*m.written_back_from); }
-      if (m.memory_budget) { w.Key("memory_budget"); w.Double(*m.memory_budget); }
-      if (m.region_memory_budget) { w.Key("region_memory_budget"); w.Double(*m.region_memory_budget); }
+      if (m.rare().written_back_from) { w.Key("written_back_from"); w.Int(*m.rare().written_back_from); }
+      if (m.rare().memory_budget) { w.Key("memory_budget"); w.Double(*m.rare().memory_budget); }
+      if (m.rare().region_memory_budget) { w.Key("region_memory_budget"); w.Double(*m.rare().region_memory_budget); }
       w.EndObject();
     }
     w.EndObject();
@@ -2028,6 +2081,12 @@ ojson GraphObjectToJson(const Graph& graph, bool nested, const std::string& side
       subgraphs[target] = GraphObjectToJson(*sub, /*nested=*/true, "", nullptr);
     doc["subgraphs"] = std::move(subgraphs);
   }
+  const StackTraceTable traces(graph);  // Note [Stack-trace table]
+  if (!traces.empty()) {
+    ojson table = ojson::array();
+    for (const std::string* t : traces.texts()) table.push_back(*t);
+    doc["stack_traces"] = std::move(table);
+  }
   ojson nodes = ojson::array();
   for (const auto& up : graph.nodes()) {
     const Node& n = *up;
@@ -2053,18 +2112,18 @@ ojson GraphObjectToJson(const Graph& graph, bool nested, const std::string& side
     if (n.val().kind != ValueFacts::Kind::kUnknown) meta["val"] = ValueFactsToJson(n.val());
     const NodeMeta& m = n.meta();
     if (m.recompute != Decision::kNone) meta["recompute"] = std::string(DecisionName(m.recompute));
-    if (m.ac_graph_id) meta["ac_graph_id"] = *m.ac_graph_id;
+    if (m.rare().ac_graph_id) meta["ac_graph_id"] = *m.rare().ac_graph_id;
     if (m.partitioner_tag != PartitionerTag::kNone) meta["partitioner_tag"] = std::string(PartitionerTagName(m.partitioner_tag));
-    if (!m.stack_trace.empty()) meta["stack_trace"] = m.stack_trace;
-    if (m.value_range) meta["value_range"] = {m.value_range->first, m.value_range->second};
+    if (!m.stack_trace.empty()) meta["stack_trace"] = traces.IndexOf(m.stack_trace);
+    if (m.rare().value_range) meta["value_range"] = {m.rare().value_range->first, m.rare().value_range->second};
     if (!m.names.empty()) meta["names"] = m.names;
     if (m.offload_requested) meta["offload_requested"] = true;
     if (m.mutated) meta["mutated"] = true;
     if (m.no_vc_check) meta["saved_tensor_with_no_vc_check"] = true;
     if (m.has_backward_hook) meta["has_backward_hook"] = true;
-    if (m.written_back_from) meta["written_back_from"] = *m.written_back_from;
-    if (m.memory_budget) meta["memory_budget"] = *m.memory_budget;
-    if (m.region_memory_budget) meta["region_memory_budget"] = *m.region_memory_budget;
+    if (m.rare().written_back_from) meta["written_back_from"] = *m.rare().written_back_from;
+    if (m.rare().memory_budget) meta["memory_budget"] = *m.rare().memory_budget;
+    if (m.rare().region_memory_budget) meta["region_memory_budget"] = *m.rare().region_memory_budget;
     if (!meta.empty()) j["meta"] = meta;
     nodes.push_back(std::move(j));
   }

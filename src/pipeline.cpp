@@ -140,7 +140,7 @@ void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& part
     else if (const Node* op = tuple && IsRandomOp(*tuple) ? tuple : (n && IsRandomOp(*n) ? n : nullptr);
              op && RandomOpSavedAsDrawn(p, *op, v)) {
       v.rule = "random op (never replayed)";
-    } else if (any([](const Node& x) { return !x.meta().reads_mutated.empty(); })) v.rule = "reads a mutated input";
+    } else if (any([](const Node& x) { return !x.meta().rare().reads_mutated.empty(); })) v.rule = "reads a mutated input";
     else if (any([](const Node& x) { return MustBeInForward(x); })) v.rule = "must be in the forward";
     else if (n && is_forward_output[n->index()]) v.rule = "forward output";
     else v.rule = own;

@@ -444,15 +444,15 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
         return lex.Error(value_col, fmt::format("unknown checkpoint policy '{}' (recompute tag)", policy));
       meta.recompute = *d;
     }
-    else if (key == "written_back_from") { FXREMAT_ASSIGN_OR_RETURN(int64_t k, lex.ExpectInt()); meta.written_back_from = k; }
-    else if (key == "reads_mutated") { FXREMAT_ASSIGN_OR_RETURN(meta.reads_mutated, lex.ExpectIdent()); }
-    else if (key == "ac_graph_id") { FXREMAT_ASSIGN_OR_RETURN(int64_t id, lex.ExpectInt()); meta.ac_graph_id = id; }
+    else if (key == "written_back_from") { FXREMAT_ASSIGN_OR_RETURN(int64_t k, lex.ExpectInt()); meta.mutableRare().written_back_from = k; }
+    else if (key == "reads_mutated") { FXREMAT_ASSIGN_OR_RETURN(meta.mutableRare().reads_mutated, lex.ExpectIdent()); }
+    else if (key == "ac_graph_id") { FXREMAT_ASSIGN_OR_RETURN(int64_t id, lex.ExpectInt()); meta.mutableRare().ac_graph_id = id; }
     else if (key == "memory_budget" || key == "region_memory_budget") {
       const Token tok = lex.peek();
       if (tok.kind != Tok::kFloat && tok.kind != Tok::kInt) return lex.Error(tok.col, fmt::format("{} takes a number", key));
       FXREMAT_RETURN_IF_ERROR(lex.Advance());
       const double v = tok.kind == Tok::kFloat ? tok.double_value : static_cast<double>(tok.int_value);
-      (key == "memory_budget" ? meta.memory_budget : meta.region_memory_budget) = v;
+      (key == "memory_budget" ? meta.mutableRare().memory_budget : meta.mutableRare().region_memory_budget) = v;
     }
     else if (key == "stack") { FXREMAT_ASSIGN_OR_RETURN(meta.stack_trace, lex.ExpectString()); }
     else if (key == "names") {
@@ -469,7 +469,7 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
       FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
       FXREMAT_ASSIGN_OR_RETURN(int64_t hi, lex.ExpectInt());
       FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
-      meta.value_range = std::make_pair(lo, hi);
+      meta.mutableRare().value_range = std::make_pair(lo, hi);
     } else {
       return lex.Error(col, fmt::format("unknown metadata key '{}'", key));
     }

@@ -84,15 +84,15 @@ std::string FormatArgument(const Argument& a) {
     }
     case Argument::Kind::kDType: return fmt::format("torch.{}", DTypeName(a.dtype()));
     case Argument::Kind::kDevice: {
-      auto colon = a.text.find(':');
+      auto colon = a.text.str().find(':');
       if (colon == std::string::npos) return fmt::format("device(type='{}')", a.text);
-      return fmt::format("device(type='{}', index={})", a.text.substr(0, colon), a.text.substr(colon + 1));
+      return fmt::format("device(type='{}', index={})", a.text.str().substr(0, colon), a.text.str().substr(colon + 1));
     }
     case Argument::Kind::kLayout:
     case Argument::Kind::kMemoryFormat: return fmt::format("torch.{}", a.text);
     case Argument::Kind::kComplex:
       return fmt::format("complex({}, {})", FormatDouble(a.double_value), FormatDouble(a.imag_value));
-    case Argument::Kind::kOp: return "torch.ops." + a.text;
+    case Argument::Kind::kOp: return "torch.ops." + a.text.str();
   }
   return "?";
 }
@@ -103,8 +103,8 @@ std::string FormatMeta(const NodeMeta& m) {
   std::vector<std::string> parts;
   if (m.partitioner_tag != PartitionerTag::kNone) parts.push_back("tag=" + std::string(PartitionerTagName(m.partitioner_tag)));
   if (m.recompute != Decision::kNone) parts.push_back("recompute=" + std::string(DecisionName(m.recompute)));
-  if (m.ac_graph_id) parts.push_back(fmt::format("ac_graph_id={}", *m.ac_graph_id));
-  if (m.value_range) parts.push_back(fmt::format("value_range=[{}, {}]", m.value_range->first, m.value_range->second));
+  if (m.rare().ac_graph_id) parts.push_back(fmt::format("ac_graph_id={}", *m.rare().ac_graph_id));
+  if (m.rare().value_range) parts.push_back(fmt::format("value_range=[{}, {}]", m.rare().value_range->first, m.rare().value_range->second));
   if (!m.names.empty()) {
     std::vector<std::string> quoted;
     for (const std::string& name : m.names) quoted.push_back(text_form::QuotePython(name));
@@ -114,11 +114,11 @@ std::string FormatMeta(const NodeMeta& m) {
   if (m.mutated) parts.push_back("mutated");
   if (m.no_vc_check) parts.push_back("no_vc_check");
   if (m.has_backward_hook) parts.push_back("has_backward_hook");
-  if (m.written_back_from) parts.push_back(fmt::format("written_back_from={}", *m.written_back_from));
-  if (!m.reads_mutated.empty()) parts.push_back("reads_mutated=" + m.reads_mutated);
+  if (m.rare().written_back_from) parts.push_back(fmt::format("written_back_from={}", *m.rare().written_back_from));
+  if (!m.rare().reads_mutated.empty()) parts.push_back("reads_mutated=" + m.rare().reads_mutated.str());
   // {:?}-free shortest round-trip form: fmt's default for double.
-  if (m.memory_budget) parts.push_back(fmt::format("memory_budget={}", *m.memory_budget));
-  if (m.region_memory_budget) parts.push_back(fmt::format("region_memory_budget={}", *m.region_memory_budget));
+  if (m.rare().memory_budget) parts.push_back(fmt::format("memory_budget={}", *m.rare().memory_budget));
+  if (m.rare().region_memory_budget) parts.push_back(fmt::format("region_memory_budget={}", *m.rare().region_memory_budget));
   if (!m.stack_trace.empty()) parts.push_back("stack=" + text_form::QuotePython(m.stack_trace));
   return fmt::format("{}", fmt::join(parts, " "));
 }

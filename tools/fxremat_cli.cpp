@@ -332,6 +332,7 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
     std::cout << "# ---- forward ----\n" << PrintGraph(*p.forward) << "\n# ---- backward ----\n"
               << PrintGraph(*p.backward) << "\n";
   }
+  ScopedPhase print_phase("print-summary");
   std::cout << fmt::format("partitioner {}: forward {} nodes, backward {} nodes; saved {} values, {} bytes",
                            flags.partitioner, p.forward->size(), p.backward->size(), p.signature.saved.size(),
                            p.signature.savedBytes());

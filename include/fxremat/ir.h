@@ -64,6 +64,7 @@ class InternedString {
   InternedString(const char* text) : InternedString(std::string_view(text)) {}  // NOLINT
   const std::string& str() const { return text_ ? *text_ : Empty(); }
   operator const std::string&() const { return str(); }  // NOLINT(google-explicit-constructor)
+  operator std::string_view() const { return str(); }    // NOLINT(google-explicit-constructor)
   bool empty() const { return text_ == nullptr; }
   size_t size() const { return str().size(); }
   // One copy per text within one interning table; but a process may hold two
@@ -122,7 +123,7 @@ struct ValueFacts {
   };
   Kind kind = Kind::kUnknown;
   TensorFacts tensor;              // kTensor
-  std::string expr;                // kSym*: SymPy expression; kConst: printed value; kOpaque: type name
+  InternedString expr;             // kSym*: SymPy expression; kConst: printed value; kOpaque: type name
   int64_t hint = 0;                // kSymInt: the example value
   std::vector<ValueFacts> items;   // kTuple
 
@@ -171,7 +172,9 @@ struct Argument {
   int64_t int_value = 0;     // kBool (0/1), kInt, kDType (the enum value)
   double double_value = 0;   // kDouble (may be inf/nan); kComplex: the real part
   double imag_value = 0;     // kComplex: the imaginary part (a Python complex scalar, e.g. 1j)
-  std::string text;          // kString, kDevice ("cpu"), kLayout ("strided"), kMemoryFormat, kOp
+  // kString, kDevice ("cpu"), kLayout ("strided"), kMemoryFormat, kOp: interned
+  // (op arguments repeat a small vocabulary: "none", "sum", "cpu", an einsum equation).
+  InternedString text;
   Node* node = nullptr;      // kNode
   std::vector<Argument> list;  // kList
 
@@ -182,14 +185,14 @@ struct Argument {
   static Argument Complex(double re, double im) {
     Argument a; a.kind = Kind::kComplex; a.double_value = re; a.imag_value = im; return a;
   }
-  static Argument String(std::string v) { Argument a; a.kind = Kind::kString; a.text = std::move(v); return a; }
+  static Argument String(std::string_view v) { Argument a; a.kind = Kind::kString; a.text = v; return a; }
   static Argument NodeRef(Node* n) { Argument a; a.kind = Kind::kNode; a.node = n; return a; }
   static Argument List(std::vector<Argument> v) { Argument a; a.kind = Kind::kList; a.list = std::move(v); return a; }
   static Argument OfDType(DType d) { Argument a; a.kind = Kind::kDType; a.int_value = static_cast<int64_t>(d); return a; }
-  static Argument Device(std::string d) { Argument a; a.kind = Kind::kDevice; a.text = std::move(d); return a; }
-  static Argument Layout(std::string l) { Argument a; a.kind = Kind::kLayout; a.text = std::move(l); return a; }
-  static Argument MemoryFormat(std::string m) { Argument a; a.kind = Kind::kMemoryFormat; a.text = std::move(m); return a; }
-  static Argument Op(std::string target) { Argument a; a.kind = Kind::kOp; a.text = std::move(target); return a; }
+  static Argument Device(std::string_view d) { Argument a; a.kind = Kind::kDevice; a.text = d; return a; }
+  static Argument Layout(std::string_view l) { Argument a; a.kind = Kind::kLayout; a.text = l; return a; }
+  static Argument MemoryFormat(std::string_view m) { Argument a; a.kind = Kind::kMemoryFormat; a.text = m; return a; }
+  static Argument Op(std::string_view target) { Argument a; a.kind = Kind::kOp; a.text = target; return a; }
 
   bool is_node() const { return kind == Kind::kNode; }
   DType dtype() const { return static_cast<DType>(int_value); }
@@ -276,35 +279,17 @@ std::string_view PartitionerTagName(PartitionerTag tag);
 // Inverse of PartitionerTagName for a non-empty name; nullopt if unknown.
 std::optional<PartitionerTag> PartitionerTagFromName(std::string_view name);
 
-// The node metadata that partitioning reads (FX's node.meta, minus "val").
-struct NodeMeta {
-  Decision recompute = Decision::kNone;  // the CheckpointPolicy tag, e.g. MUST_SAVE
-  PartitionerTag partitioner_tag = PartitionerTag::kNone;
+// The node metadata few nodes carry (Note [Rare metadata]).
+struct RareNodeMeta {
   std::optional<int64_t> ac_graph_id;
-  SharedText stack_trace;
   std::optional<std::pair<int64_t, int64_t>> value_range;  // [low, high) of integer inputs
-  // Names given to this value by naming ops (FoldAnnotations), in graph order,
-  // and whether one of them was xla::offload_name (an offload request).
-  std::vector<std::string> names;
-  bool offload_requested = false;
-  // Placeholders: the program mutates this input (AOTAutograd writes the new
-  // value back after the forward, or a copy_ in the graph does). Format key
-  // `mutated`; Note [Mutated inputs] in passes/protect_mutations.h.
-  bool mutated = false;
-  // With `mutated`: the forward output whose value AOTAutograd writes into this
-  // input after the forward (format key `written_back_from`), when known.
+  // With NodeMeta::mutated: the forward output whose value AOTAutograd writes
+  // into this input after the forward (format key `written_back_from`), when known.
   std::optional<int64_t> written_back_from;
   // Set by ProtectMutations on a forward value that reads a value the forward
   // mutates (the name of that value): it is never recomputed in the backward,
   // where it would read the mutated data. Derived, not stored in the format.
-  std::string reads_mutated;
-  // AOTAutograd's meta["saved_tensor_with_no_vc_check"]: if saved, the value is
-  // stashed on ctx without a version-counter check, so it goes after the other
-  // saved tensors (passes/order_saved_values.h).
-  bool no_vc_check = false;
-  // Dynamo's meta["has_backward_hook"]: a tensor hook runs on this value's
-  // gradient (cleanup_recompute_tags saves such a region output).
-  bool has_backward_hook = false;
+  InternedString reads_mutated;
   // Note [Region budgets] (passes/budget_partition.h): PyTorch's legacy
   // meta["memory_budget"] (MemoryBudgetMode) and the budget of
   // torch.autograd.graph.region_activation_memory_budget, read off
@@ -312,7 +297,53 @@ struct NodeMeta {
   // `memory_budget` and `region_memory_budget`.
   std::optional<double> memory_budget;
   std::optional<double> region_memory_budget;
-  bool operator==(const NodeMeta&) const = default;
+  bool operator==(const RareNodeMeta&) const = default;
+};
+
+// The node metadata that partitioning reads (FX's node.meta, minus "val").
+//
+// Note [Rare metadata]
+// Fields most nodes leave unset (checkpoint graph ids, input ranges, write-back
+// and mutation facts, region budgets) live in a RareNodeMeta shared between
+// copies: a node without them pays one null pointer, a clone or extraction
+// copies a pointer, and a write through mutableRare() copies the record first
+// if another node shares it. Read them with rare(), which is an empty record
+// when the node has none.
+struct NodeMeta {
+  Decision recompute = Decision::kNone;  // the CheckpointPolicy tag, e.g. MUST_SAVE
+  PartitionerTag partitioner_tag = PartitionerTag::kNone;
+  bool offload_requested = false;  // with `names`: one of them was xla::offload_name
+  // Placeholders: the program mutates this input (AOTAutograd writes the new
+  // value back after the forward, or a copy_ in the graph does). Format key
+  // `mutated`; Note [Mutated inputs] in passes/protect_mutations.h.
+  bool mutated = false;
+  // AOTAutograd's meta["saved_tensor_with_no_vc_check"]: if saved, the value is
+  // stashed on ctx without a version-counter check, so it goes after the other
+  // saved tensors (passes/order_saved_values.h).
+  bool no_vc_check = false;
+  // Dynamo's meta["has_backward_hook"]: a tensor hook runs on this value's
+  // gradient (cleanup_recompute_tags saves such a region output).
+  bool has_backward_hook = false;
+  SharedText stack_trace;
+  // Names given to this value by naming ops (FoldAnnotations), in graph order.
+  std::vector<std::string> names;
+
+  const RareNodeMeta& rare() const { return rare_ ? *rare_ : kNoRare; }
+  RareNodeMeta& mutableRare() {
+    if (!rare_) rare_ = std::make_shared<RareNodeMeta>();
+    else if (rare_.use_count() > 1) rare_ = std::make_shared<RareNodeMeta>(*rare_);
+    return *rare_;
+  }
+  bool operator==(const NodeMeta& o) const {
+    return recompute == o.recompute && partitioner_tag == o.partitioner_tag &&
+           offload_requested == o.offload_requested && mutated == o.mutated && no_vc_check == o.no_vc_check &&
+           has_backward_hook == o.has_backward_hook && stack_trace == o.stack_trace && names == o.names &&
+           rare() == o.rare();
+  }
+
+ private:
+  static const RareNodeMeta kNoRare;
+  std::shared_ptr<RareNodeMeta> rare_;
 };
 
 class Node {
@@ -345,8 +376,8 @@ class Node {
   PlaceholderRole role() const { return role_; }
   void setRole(PlaceholderRole role) { role_ = role; }
   // Placeholders: pytree path of the user input ("args[0]['a']"); may be empty.
-  const std::string& path() const { return path_; }
-  void setPath(std::string path) { path_ = std::move(path); }
+  const std::string& path() const { return path_.str(); }
+  void setPath(std::string_view path) { path_ = path; }
 
   // Op facts of a call_function target, or nullptr (Python callables, or a file
   // that had none and was not completed from the dispatcher).
@@ -382,7 +413,7 @@ class Node {
   ValueFacts val_;
   NodeMeta meta_;
   PlaceholderRole role_ = PlaceholderRole::kNone;
-  std::string path_;
+  InternedString path_;  // interned: pytree paths of inputs, bounded by the largest graph's inputs
 };
 
 // ---------------------------------------------------------------------------

@@ -25,7 +25,9 @@ import torch.fx as fx
 from ._errors import FormatError, UnsupportedGraphError
 
 FORMAT_NAME = "fxremat.graph"
-VERSION = (1, 4)  # written; a reader accepts any 1.x (1.3: complex constants; 1.4: subgraphs, operator arguments)
+# written; a reader accepts any 1.x (1.3: complex constants; 1.4: subgraphs, operator
+# arguments; 1.5: the stack-trace table)
+VERSION = (1, 5)
 # Tensor constants up to this many bytes are written inline; larger ones go to the
 # safetensors sidecar when the writer has a file (docs/format.md, "constants").
 INLINE_CONSTANT_BYTES = 64 * 1024
@@ -725,6 +727,15 @@ def to_json(
         doc["constants"] = {k: constant_entries[k] for k in sorted(constant_entries)}
     if subgraph_entries:
         doc["subgraphs"] = {k: subgraph_entries[k] for k in sorted(subgraph_entries)}
+    # Format 1.5 (Note [Stack-trace table] in src/json_io.cpp): each distinct trace
+    # once, in the order nodes first use it; nodes name it by index.
+    traces: dict[str, int] = {}
+    for entry in nodes:
+        meta = entry.get("meta")
+        if meta is not None and "stack_trace" in meta:
+            meta["stack_trace"] = traces.setdefault(meta["stack_trace"], len(traces))
+    if traces:
+        doc["stack_traces"] = list(traces)
     doc["nodes"] = nodes
     return doc
 
@@ -1356,6 +1367,11 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
     _expect(isinstance(subgraphs_j, dict), "$.subgraphs", "expected an object")
     subgraphs = {k: from_json(v, base_dir, written_by_cpp=True, _nested_at=f"{_nested_at or '$'}.subgraphs.{k}")
                  for k, v in subgraphs_j.items()}
+    # Format 1.5 (Note [Stack-trace table] in src/json_io.cpp): distinct stack
+    # traces listed once; a node's meta.stack_trace is a string or an index.
+    stack_traces = doc.get("stack_traces") or []
+    _expect(isinstance(stack_traces, list) and all(isinstance(t, str) for t in stack_traces),
+            "$.stack_traces", "expected an array of strings")
     nodes_json = doc["nodes"]
     graph = fx.Graph()
     env: dict[str, fx.Node] = {}
@@ -1476,7 +1492,12 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
                 node.meta["partitioner_tag"] = tag
             st = meta_j.get("stack_trace")
             if st is not None:
-                _expect(isinstance(st, str), f"{where}.meta.stack_trace", "expected a string")
+                if _is_int(st):
+                    _expect(0 <= st < len(stack_traces), f"{where}.meta.stack_trace",
+                            f"stack trace {st} is not an index of \"stack_traces\" (which has {len(stack_traces)})")
+                    st = stack_traces[st]
+                _expect(isinstance(st, str), f"{where}.meta.stack_trace",
+                        "expected a string or an index of \"stack_traces\"")
                 node.meta["stack_trace"] = st
             vr = meta_j.get("value_range")
             if vr is not None:

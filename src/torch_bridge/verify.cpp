@@ -523,20 +523,20 @@ class Interpreter {
       case Argument::Kind::kInt: return IValue(a.int_value);
       case Argument::Kind::kDouble: return IValue(a.double_value);
       case Argument::Kind::kComplex: return IValue(c10::complex<double>(a.double_value, a.imag_value));
-      case Argument::Kind::kString: return IValue(a.text);
+      case Argument::Kind::kString: return IValue(a.text.str());
       case Argument::Kind::kDType: return IValue(ToScalarType(a.dtype()));
       case Argument::Kind::kDevice: return IValue(VerifyDevice());
       case Argument::Kind::kLayout: {
         std::optional<at::Layout> layout = LayoutFromName(a.text);
-        if (!layout) return Status::BadInput("unknown layout '" + a.text + "'", Where(node));
+        if (!layout) return Status::BadInput("unknown layout '" + a.text.str() + "'", Where(node));
         return IValue(*layout);
       }
       case Argument::Kind::kMemoryFormat: {
         std::optional<at::MemoryFormat> format = MemoryFormatFromName(a.text);
-        if (!format) return Status::BadInput("unknown memory format '" + a.text + "'", Where(node));
+        if (!format) return Status::BadInput("unknown memory format '" + a.text.str() + "'", Where(node));
         return IValue(*format);
       }
-      case Argument::Kind::kOp: return IValue(a.text);  // only higher-order ops take one (CallHigherOrder)
+      case Argument::Kind::kOp: return IValue(a.text.str());  // only higher-order ops take one (CallHigherOrder)
       case Argument::Kind::kNode:
         if (a.node == nullptr || a.node->owningGraph() != &graph_ || a.node->index() >= env_.size())
           return Status::BadInput("argument refers to a node outside the graph", Where(node));
@@ -1089,7 +1089,7 @@ Expected<InputValue> MakeInput(const Node& node, const at::Generator& gen) {
       return Status::BadInput("cannot build an input for constant '" + e + "'", where);
     }
     case ValueFacts::Kind::kOpaque:  // Note [Opaque inputs]: only the caller has one
-      return Status::BadInput("cannot build an input of the opaque type " + val.expr +
+      return Status::BadInput("cannot build an input of the opaque type " + val.expr.str() +
                                   " (the runtime supplies it: verify runs such a graph only in process)",
                               where);
     default:

@@ -234,7 +234,7 @@ TEST_CASE("policies: PyTorch's CheckpointPolicy side") {
     Saved s = SavedUnder("everything_saveable", [](Graph& g) {
       for (const char* n : {"mm", "sin"}) {
         g.findNode(n)->meta().recompute = Decision::kPreferRecompute;
-        g.findNode(n)->meta().ac_graph_id = 1;
+        g.findNode(n)->meta().mutableRare().ac_graph_id = 1;
       }
     });
     CHECK(s.device.count("sin") == 0);

@@ -7,6 +7,7 @@
 #include "fxremat/policy.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
+#include "src/json_internal.h"
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -168,4 +169,51 @@ TEST_CASE("tensor facts without strides read back from the JSON they are written
   INFO(back.status().ToString());
   REQUIRE(back.ok());
   CHECK(PrintGraph(**back) == PrintGraph(**g));
+}
+
+TEST_CASE("Note [Stack-trace table]: each distinct trace is written once, nodes name it by index") {
+  const std::string doc = R"({"format": "fxremat.graph", "version": [1, 4], "kind": "plain", "nodes": [
+    {"name": "x", "op": "placeholder", "meta": {"val": {"kind": "none"}, "stack_trace": "File a.py, line 1"}},
+    {"name": "a", "op": "call_function", "target": "aten.sin.default", "args": [{"node": "x"}],
+     "meta": {"val": {"kind": "none"}, "stack_trace": "File b.py, line 2"}},
+    {"name": "b", "op": "call_function", "target": "aten.sin.default", "args": [{"node": "a"}],
+     "meta": {"val": {"kind": "none"}, "stack_trace": "File a.py, line 1"}},
+    {"name": "c", "op": "call_function", "target": "aten.sin.default", "args": [{"node": "b"}],
+     "meta": {"val": {"kind": "none"}}},
+    {"name": "output", "op": "output", "args": [[{"node": "c"}]]}]})";
+  auto g = GraphFromJson(doc);  // 1.4: traces as strings
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  const nlohmann::ordered_json written = nlohmann::ordered_json::parse(GraphToJson(**g));
+  REQUIRE(written["version"][1] == kFormatMinorVersion);
+  REQUIRE(written["stack_traces"] == nlohmann::ordered_json::array({"File a.py, line 1", "File b.py, line 2"}));
+  CHECK(written["nodes"][0]["meta"]["stack_trace"] == 0);
+  CHECK(written["nodes"][1]["meta"]["stack_trace"] == 1);
+  CHECK(written["nodes"][2]["meta"]["stack_trace"] == 0);
+  CHECK_FALSE(written["nodes"][3]["meta"].contains("stack_trace"));
+  // Both writers agree (the streaming one is byte for byte nlohmann's).
+  CHECK(GraphToJsonDocument(**g).dump(1) + "\n" == GraphToJson(**g));
+  auto again = GraphFromJson(written.dump());
+  REQUIRE(again.ok());
+  CHECK((*again)->findNode("b")->meta().stack_trace.str() == "File a.py, line 1");
+  CHECK((*again)->findNode("c")->meta().stack_trace.empty());
+  // A graph without traces has no table.
+  auto plain = GraphFromJson(R"({"format": "fxremat.graph", "version": [1, 5], "kind": "plain", "nodes": [
+    {"name": "x", "op": "placeholder", "meta": {"val": {"kind": "none"}}},
+    {"name": "output", "op": "output", "args": [[{"node": "x"}]]}]})");
+  REQUIRE(plain.ok());
+  CHECK(GraphToJson(**plain).find("stack_traces") == std::string::npos);
+  // An index outside the table, or a table that is not strings, is refused where it is.
+  nlohmann::ordered_json bad = written;
+  bad["nodes"][2]["meta"]["stack_trace"] = 2;
+  auto refused = GraphFromJson(bad.dump());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().where() == "/nodes/2/meta/stack_trace");
+  CHECK(refused.status().message().find("stack trace 2 is not an index of \"stack_traces\" (which has 2)") !=
+        std::string::npos);
+  bad = written;
+  bad["stack_traces"][1] = 7;
+  refused = GraphFromJson(bad.dump());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().where() == "/stack_traces/1");
 }

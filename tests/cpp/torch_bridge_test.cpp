@@ -564,7 +564,7 @@ TEST_CASE("verify draws integer inputs inside value_range and matches None gradi
   g->setKind(GraphKind::kJoint);
   Node* w = Placeholder(*g, "primals_1", PlaceholderRole::kPrimal, Tensor({5, 4}));
   Node* ids = Placeholder(*g, "primals_2", PlaceholderRole::kPrimal, Tensor({16}, DType::kInt64));
-  ids->meta().value_range = std::make_pair<int64_t, int64_t>(5, 10);
+  ids->meta().mutableRare().value_range = std::make_pair<int64_t, int64_t>(5, 10);
   Node* tan = Placeholder(*g, "tangents_1", PlaceholderRole::kTangent, Tensor({16, 4}));
   Node* rows = Call(*g, "sub", "aten.sub.Scalar", {N(ids), I(5)}, Tensor({16}, DType::kInt64));
   Node* emb = Call(*g, "embedding", "aten.embedding.default", {N(w), N(rows)}, Tensor({16, 4}));
@@ -697,7 +697,7 @@ TEST_CASE("verify converts list arguments: Tensor[], Tensor?[], Scalar[], int[] 
   g->setKind(GraphKind::kJoint);
   Node* x = Placeholder(*g, "primals_1", PlaceholderRole::kPrimal, Tensor({3, 4}));
   Node* idx = Placeholder(*g, "primals_2", PlaceholderRole::kPrimal, Tensor({2}, DType::kInt64));
-  idx->meta().value_range = std::make_pair<int64_t, int64_t>(0, 4);
+  idx->meta().mutableRare().value_range = std::make_pair<int64_t, int64_t>(0, 4);
   Node* picked = Call(*g, "index", "aten.index.Tensor", {N(x), Argument::List({Argument::None(), N(idx)})},
                       Tensor({3, 2}));
   Node* sum = Call(*g, "sum_1", "aten.sum.dim_IntList", {N(picked), I(1)}, Tensor({3}));

@@ -360,13 +360,13 @@ def _strip_1_1(doc):
     return doc
 
 
-def test_writer_writes_version_1_4(sin_mm_doc):
+def test_writer_writes_version_1_5(sin_mm_doc):
     from fxremat import _format
 
-    assert _format.VERSION == (1, 4)
-    assert fxremat.FORMAT_VERSION == (1, 4)
+    assert _format.VERSION == (1, 5)
+    assert fxremat.FORMAT_VERSION == (1, 5)
     gm = make_fx(lambda x: (x.sin(),))(torch.randn(2))
-    assert to_json(gm)["version"] == [1, 4]
+    assert to_json(gm)["version"] == [1, 5]
 
 
 def test_packet_tags_are_the_union_over_the_overload_packet():
@@ -461,7 +461,7 @@ def test_version_1_0_documents_still_load(sin_mm_doc, tmp_path):
         else:
             torch.testing.assert_close(a, b)
     again = to_json(gm)  # written as 1.3, with storage ids again (one per storage now)
-    assert again["version"] == [1, 4]
+    assert again["version"] == [1, 5]
     assert all("storage" in v for _, v in _tensor_facts(again))
     assert all("packet_tags" in f for f in again["ops"].values())
 
@@ -500,3 +500,26 @@ def test_save_is_deterministic(tmp_path):
     jg.save(a)
     jg.save(b)
     assert a.read_bytes() == b.read_bytes() == testdata.path_of("sin_mm").read_bytes()
+
+
+def test_stack_trace_table(sin_mm_doc, tmp_path):
+    """Format 1.5 (Note [Stack-trace table]): a document may list its distinct stack
+    traces once and name them by index; the C++ writer always does, and what the
+    partitioner emits comes back to FX with every node's trace."""
+    doc = copy.deepcopy(sin_mm_doc)
+    doc["version"] = [1, 5]
+    doc["stack_traces"] = ['File "model.py", line 7, in forward\n    y = x.sin()\n']
+    calls = [n for n in doc["nodes"] if n["op"] == "call_function"]
+    for n in calls:
+        n.setdefault("meta", {})["stack_trace"] = 0
+    gm = _load_doc(doc, tmp_path)
+    traced = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert traced and all(n.meta["stack_trace"] == doc["stack_traces"][0] for n in traced)
+    # The partitioner's graphs (written by C++ with a table) keep the traces.
+    p = fxremat.partition(gm)
+    emitted = [n for g in (p.forward, p.backward) for n in g.graph.nodes if n.op == "call_function"]
+    assert any(n.meta.get("stack_trace") == doc["stack_traces"][0] for n in emitted)
+    # An index outside the table is refused where it is written.
+    calls[0]["meta"]["stack_trace"] = 3
+    with pytest.raises(FormatError, match=r'stack trace 3 is not an index of "stack_traces" \(which has 1\)'):
+        _load_doc(doc, tmp_path)
