@@ -52,10 +52,13 @@ bool DTypeIsFloating(DType dtype);  // float or complex: can carry gradients
 bool DTypeIsIntegral(DType dtype);  // integer or bool
 
 // A string from a small vocabulary that millions of nodes repeat (op targets,
-// symbolic dim expressions): equal texts share one immutable copy that lives
-// as long as the process, so a copy is a pointer copy, equality mostly a
-// pointer compare, and a node pays no allocation for it. Interning takes a lock; never
-// intern unbounded text (names, stack traces) here. Empty is the null state.
+// devices, symbolic dim expressions, argument strings such as "none" or "sum",
+// printed constants, input paths): equal texts share one immutable copy that
+// lives as long as the process, so a copy is a pointer copy, equality mostly a
+// pointer compare, and a node pays no allocation for it. Interned text is never
+// freed: a process that reads many graphs keeps every distinct text it saw
+// (kilobytes for real models). Interning takes a lock. Never intern text that
+// is unique per node (node names, stack traces). Empty is the null state.
 class InternedString {
  public:
   InternedString() = default;
