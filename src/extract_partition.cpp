@@ -210,7 +210,7 @@ std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*
     for (const Argument& a : n.args()) args.push_back(a.mapNodes(in_subgraph));
     Kwargs kwargs;
     for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, v.mapNodes(in_subgraph));
-    Node* copy = g->createNode(n.op(), n.name(), n.target(), std::move(args), std::move(kwargs));
+    Node* copy = g->createNodeLike(n, std::move(args), std::move(kwargs));
     copy->val() = n.val();
     copy->meta() = n.meta();
     env[n.index()] = copy;

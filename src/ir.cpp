@@ -225,7 +225,7 @@ const OpInfo* Node::opInfo() const {
   // OpTable entries are never erased, so a found entry can be cached; a miss is
   // not cached because facts may be added later (from the dispatcher).
   if (op_info_) return op_info_;
-  auto it = graph_->ops().find(target_.str());
+  auto it = graph_->ops().find(target());
   if (it == graph_->ops().end()) return nullptr;
   op_info_ = &it->second;
   return op_info_;
@@ -319,7 +319,17 @@ Node* Graph::allocateNode() {
 Node* Graph::createNode(OpKind op, std::string name, std::string_view target,
                         std::vector<Argument> args, Kwargs kwargs) {
   assert(!findNode(name) && "createNode: duplicate node name");
-  NodePtr node(new (allocateNode()) Node(this, op, std::move(name), target));
+  return appendNode(NodePtr(new (allocateNode()) Node(this, op, std::move(name), target)), std::move(args),
+                    std::move(kwargs));
+}
+
+Node* Graph::createNodeLike(const Node& like, std::vector<Argument> args, Kwargs kwargs) {
+  assert(!findNode(like.name()) && "createNodeLike: duplicate node name");
+  return appendNode(NodePtr(new (allocateNode()) Node(this, like)), std::move(args), std::move(kwargs));
+}
+
+Node* Graph::appendNode(NodePtr node, std::vector<Argument> args, Kwargs kwargs) {
+  const OpKind op = node->op();
   Node* raw = node.get();
   size_t position = nodes_.size();
   if (op != OpKind::kOutput && outputNode() != nullptr) position = nodes_.size() - 1;
@@ -350,8 +360,7 @@ void Graph::renameNode(Node* node, std::string name) {
   if (name == node->name_) return;
   assert(!findNode(name) && "renameNode: the name is taken");
   if (names_indexed_) by_name_.erase(node->name_);
-  if (node->op_ == OpKind::kPlaceholder && node->target_ == node->name_) node->target_ = name;
-  node->name_ = std::move(name);
+  node->name_ = std::move(name);  // a placeholder whose target is its name keeps following it
   if (names_indexed_) by_name_.emplace(node->name_, node);
 }
 
@@ -710,7 +719,7 @@ std::unique_ptr<Graph> CloneGraph(const Graph& graph) {
     for (const Argument& a : n.args()) args.push_back(a.mapNodes(in_copy));
     Kwargs kwargs;
     for (const auto& [k, v] : n.kwargs()) kwargs.emplace_back(k, v.mapNodes(in_copy));
-    Node* c = copy->createNode(n.op(), n.name(), n.target(), std::move(args), std::move(kwargs));
+    Node* c = copy->createNodeLike(n, std::move(args), std::move(kwargs));
     c->val() = n.val();
     c->meta() = n.meta();
     c->setRole(n.role());

@@ -916,18 +916,19 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
   FXREMAT_RETURN_IF_ERROR(read_string("recompute", recompute));
   FXREMAT_RETURN_IF_ERROR(read_string("partitioner_tag", partitioner_tag));
   if (auto field = f.find("stack_trace"); !IsNullOrAbsent(field)) {
-    if (field->kind() == JKind::kString) {
-      meta.stack_trace = InternedText(field->str());
-    } else if (IsInteger(*field)) {  // Note [Stack-trace table]
-      const int64_t k = field->int64();
-      if (k < 0 || k >= static_cast<int64_t>(stack_traces_.size()))
-        return Fail(JsonPath(path, "stack_trace"),
-                    fmt::format("stack trace {} is not an index of \"stack_traces\" (which has {})", k,
-                                stack_traces_.size()));
-      meta.stack_trace = stack_traces_[static_cast<size_t>(k)];
-    } else {
-      return Fail(JsonPath(path, "stack_trace"), "expected a string or an index of \"stack_traces\"");
-    }
+    if (field->kind() != JKind::kString) return Fail(JsonPath(path, "stack_trace"), "expected a string");
+    meta.stack_trace = InternedText(field->str());
+  }
+  // Note [Stack-trace table]: a new key, not a new meaning of `stack_trace`, so
+  // that a reader of format 1.4 still reads the file (without the traces).
+  if (auto field = f.find("stack_trace_index"); !IsNullOrAbsent(field)) {
+    if (!IsInteger(*field)) return Fail(JsonPath(path, "stack_trace_index"), "expected an integer");
+    const int64_t k = field->kind() == JKind::kInt ? field->int64() : -1;  // a huge unsigned one is out of range too
+    if (k < 0 || k >= static_cast<int64_t>(stack_traces_.size()))
+      return Fail(JsonPath(path, "stack_trace_index"),
+                  fmt::format("{} is not an index of \"stack_traces\" (which has {})", field->dump(),
+                              stack_traces_.size()));
+    meta.stack_trace = stack_traces_[static_cast<size_t>(k)];
   }
   if (!recompute.empty()) {
     // Only the plain names (not "CheckpointPolicy.MUST_SAVE", which DecisionFromName also takes).
@@ -1566,14 +1567,18 @@ void WriteArgument(JsonStreamWriter& w, const Argument& a) {
 
 // Note [Stack-trace table] (format 1.5): a graph's distinct stack traces are
 // written once, in the order nodes first use them, under "stack_traces"; a
-// node's meta.stack_trace is then an index into that list. A transformer's
-// joint graph repeats one ~2 KB trace per op per layer: written per node, the
-// traces were three quarters of a partition's output. Readers take a string
-// too (files of format <= 1.4, hand-written ones).
+// node names its trace by meta.stack_trace_index. A transformer's joint graph
+// repeats one ~2 KB trace per op per layer: written per node, the traces were
+// three quarters of a partition's output. Readers take meta.stack_trace (a
+// string) too: files of format <= 1.4, hand-written ones. The index is a key
+// of its own so that an older 1.x reader, which ignores unknown keys, still
+// reads a 1.5 file (without its traces).
 class StackTraceTable {
  public:
-  explicit StackTraceTable(const Graph& graph) {
+  // `brief` (GraphToJsonBrief): nodes written without their meta add no trace.
+  explicit StackTraceTable(const Graph& graph, const std::function<bool(const Node&)>* brief = nullptr) {
     for (const auto& up : graph.nodes()) {
+      if (brief && (*brief)(*up)) continue;
       const SharedText& t = up->meta().stack_trace;
       if (!t.empty() && index_.emplace(t.str(), static_cast<int64_t>(texts_.size())).second)
         texts_.push_back(&t.str());
@@ -1678,7 +1683,7 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
     }
     w.EndObject();
   }
-  const StackTraceTable traces(graph);
+  const StackTraceTable traces(graph, brief);
   if (!traces.empty()) {
     w.Key("stack_traces");
     w.BeginArray();
@@ -1741,7 +1746,7 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
       if (m.partitioner_tag != PartitionerTag::kNone) {
         w.Key("partitioner_tag"); w.String(PartitionerTagName(m.partitioner_tag));
       }
-      if (!m.stack_trace.empty()) { w.Key("stack_trace"); w.Int(traces.IndexOf(m.stack_trace)); }
+      if (!m.stack_trace.empty()) { w.Key("stack_trace_index"); w.Int(traces.IndexOf(m.stack_trace)); }
       if (m.rare().value_range) {
         w.Key("value_range");
         w.BeginArray();
@@ -2114,7 +2119,7 @@ ojson GraphObjectToJson(const Graph& graph, bool nested, const std::string& side
     if (m.recompute != Decision::kNone) meta["recompute"] = std::string(DecisionName(m.recompute));
     if (m.rare().ac_graph_id) meta["ac_graph_id"] = *m.rare().ac_graph_id;
     if (m.partitioner_tag != PartitionerTag::kNone) meta["partitioner_tag"] = std::string(PartitionerTagName(m.partitioner_tag));
-    if (!m.stack_trace.empty()) meta["stack_trace"] = traces.IndexOf(m.stack_trace);
+    if (!m.stack_trace.empty()) meta["stack_trace_index"] = traces.IndexOf(m.stack_trace);
     if (m.rare().value_range) meta["value_range"] = {m.rare().value_range->first, m.rare().value_range->second};
     if (!m.names.empty()) meta["names"] = m.names;
     if (m.offload_requested) meta["offload_requested"] = true;

@@ -150,6 +150,10 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<OutputFile>& 
   // What was written, sidecars included, in name order.
   std::vector<std::string> written;
   for (const fs::directory_entry& e : fs::directory_iterator(staging, ec)) written.push_back(e.path().filename().string());
+  if (ec) {
+    fs::remove_all(staging, ec);
+    return Status::BadInput("cannot list what was written; nothing was written", dir);
+  }
   std::sort(written.begin(), written.end());
   for (const std::string& name : written) {
     if (Status st = check_destination(name); !st.ok()) {

@@ -4,6 +4,7 @@
 // functions (setInputs, replaceAllUsesWith, eraseNode), never by hand.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -85,6 +86,10 @@ class InternedString {
   static const std::string& Empty();
   const std::string* text_ = nullptr;
 };
+
+// fmt >= 10 formats an InternedString through this (fmt 9 through its
+// conversion to std::string_view).
+inline std::string_view format_as(const InternedString& s) { return s.str(); }
 
 // One dimension (or stride) of a tensor: static, or a SymPy expression over the
 // graph's symbols with a hint (the example value) for byte counts.
@@ -333,8 +338,15 @@ struct NodeMeta {
 
   const RareNodeMeta& rare() const { return rare_ ? *rare_ : kNoRare; }
   RareNodeMeta& mutableRare() {
-    if (!rare_) rare_ = std::make_shared<RareNodeMeta>();
-    else if (rare_.use_count() > 1) rare_ = std::make_shared<RareNodeMeta>(*rare_);
+    if (!rare_) {
+      rare_ = std::make_shared<RareNodeMeta>();
+    } else if (rare_.use_count() > 1) {
+      rare_ = std::make_shared<RareNodeMeta>(*rare_);
+    } else {
+      // The count is a relaxed load: order it after another thread's release of
+      // its copy before writing in place (why shared_ptr::unique() was removed).
+      std::atomic_thread_fence(std::memory_order_acquire);
+    }
     return *rare_;
   }
   bool operator==(const NodeMeta& o) const {
@@ -358,7 +370,7 @@ class Node {
   OpKind op() const { return op_; }
   // Placeholder/get_attr: its target; call_function: "aten.mm.default" or
   // "_operator.getitem"; output: "output".
-  const std::string& target() const { return target_.str(); }
+  const std::string& target() const { return target_is_name_ ? name_ : target_.str(); }
   const std::vector<Argument>& args() const { return args_; }
   const Kwargs& kwargs() const { return kwargs_; }
   // A kwarg by name, or nullptr.
@@ -397,16 +409,23 @@ class Node {
  private:
   friend class Graph;
   static const InternedString& GetItemTarget();  // "_operator.getitem"
+  // A placeholder's target is usually its own name: then it is not interned
+  // (names are unique per node) but follows the name (target_is_name_).
   Node(Graph* graph, OpKind op, std::string name, std::string_view target)
-      : graph_(graph), op_(op), name_(std::move(name)), target_(target) {}
+      : graph_(graph), op_(op), target_is_name_(op == OpKind::kPlaceholder && target == name), name_(std::move(name)) {
+    if (!target_is_name_) target_ = target;
+  }
+  Node(Graph* graph, const Node& like)  // createNodeLike: no re-interning
+      : graph_(graph), op_(like.op_), target_is_name_(like.target_is_name_), name_(like.name_), target_(like.target_) {}
   void recomputeInputs();
 
   Graph* graph_;
   mutable const OpInfo* op_info_ = nullptr;  // cached lookup in the graph's OpTable
   OpKind op_;
+  bool target_is_name_ = false;  // a placeholder whose target is its name (target_ unused)
   std::string name_;
-  // Interned: an op name, or a placeholder's or get_attr's target (primals_1,
-  // _tensor_constant0: a vocabulary bounded by the largest graph's inputs).
+  // Interned: an op name, the output's "output", a get_attr's attribute path
+  // (_tensor_constant0, true_graph_0), a placeholder target other than its name.
   InternedString target_;
   std::vector<Argument> args_;
   Kwargs kwargs_;
@@ -502,6 +521,12 @@ class Graph {
   //   Given:   %a = placeholder; %c = aten.cos.default(%a); return (%c)
   //   Execute: createNodeBefore(%c, kCallFunction, "b", "aten.sin.default", {%a})
   //   Result:  %a = placeholder; %b = aten.sin.default(%a); %c = aten.cos.default(%a); return (%c)
+  // Creates a node with the op, name and target of `like` (a node of another
+  // graph: a clone or an extraction), appended as createNode does; cheaper than
+  // createNode(like.op(), like.name(), like.target(), ...), which interns the
+  // target again (a lock per node, contended when the budget solver's threads
+  // extract at once).
+  Node* createNodeLike(const Node& like, std::vector<Argument> args = {}, Kwargs kwargs = {});
   Node* createNodeBefore(Node* before, OpKind op, std::string name, std::string_view target,
                          std::vector<Argument> args = {}, Kwargs kwargs = {});
   // Renames a node; the new name must be unused. Uses keep pointing at it. A
@@ -543,6 +568,7 @@ class Graph {
 
  private:
   void renumber(size_t from);
+  Node* appendNode(NodePtr node, std::vector<Argument> args, Kwargs kwargs);  // createNode's placement
 
   std::string name_;
   GraphKind kind_ = GraphKind::kPlain;

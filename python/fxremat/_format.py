@@ -728,12 +728,12 @@ def to_json(
     if subgraph_entries:
         doc["subgraphs"] = {k: subgraph_entries[k] for k in sorted(subgraph_entries)}
     # Format 1.5 (Note [Stack-trace table] in src/json_io.cpp): each distinct trace
-    # once, in the order nodes first use it; nodes name it by index.
+    # once, in the order nodes first use it; nodes name it by stack_trace_index.
     traces: dict[str, int] = {}
     for entry in nodes:
         meta = entry.get("meta")
         if meta is not None and "stack_trace" in meta:
-            meta["stack_trace"] = traces.setdefault(meta["stack_trace"], len(traces))
+            meta["stack_trace_index"] = traces.setdefault(meta.pop("stack_trace"), len(traces))
     if traces:
         doc["stack_traces"] = list(traces)
     doc["nodes"] = nodes
@@ -1368,10 +1368,11 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
     subgraphs = {k: from_json(v, base_dir, written_by_cpp=True, _nested_at=f"{_nested_at or '$'}.subgraphs.{k}")
                  for k, v in subgraphs_j.items()}
     # Format 1.5 (Note [Stack-trace table] in src/json_io.cpp): distinct stack
-    # traces listed once; a node's meta.stack_trace is a string or an index.
+    # traces listed once; a node names one by meta.stack_trace_index (or holds a
+    # string in meta.stack_trace).
     stack_traces = doc.get("stack_traces") or []
     _expect(isinstance(stack_traces, list) and all(isinstance(t, str) for t in stack_traces),
-            "$.stack_traces", "expected an array of strings")
+            f"{_nested_at or '$'}.stack_traces", "expected an array of strings")
     nodes_json = doc["nodes"]
     graph = fx.Graph()
     env: dict[str, fx.Node] = {}
@@ -1492,13 +1493,14 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
                 node.meta["partitioner_tag"] = tag
             st = meta_j.get("stack_trace")
             if st is not None:
-                if _is_int(st):
-                    _expect(0 <= st < len(stack_traces), f"{where}.meta.stack_trace",
-                            f"stack trace {st} is not an index of \"stack_traces\" (which has {len(stack_traces)})")
-                    st = stack_traces[st]
-                _expect(isinstance(st, str), f"{where}.meta.stack_trace",
-                        "expected a string or an index of \"stack_traces\"")
+                _expect(isinstance(st, str), f"{where}.meta.stack_trace", "expected a string")
                 node.meta["stack_trace"] = st
+            sti = meta_j.get("stack_trace_index")
+            if sti is not None:
+                _expect(_is_int(sti), f"{where}.meta.stack_trace_index", "expected an integer")
+                _expect(0 <= sti < len(stack_traces), f"{where}.meta.stack_trace_index",
+                        f"{sti} is not an index of \"stack_traces\" (which has {len(stack_traces)})")
+                node.meta["stack_trace"] = stack_traces[sti]
             vr = meta_j.get("value_range")
             if vr is not None:
                 _expect(isinstance(vr, list) and len(vr) == 2 and all(_is_int(x) for x in vr),

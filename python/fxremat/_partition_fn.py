@@ -803,10 +803,11 @@ def split_joint(
             doc = to_json(joint_module, kind="joint", num_fwd_outputs=num_fwd_outputs, constants="reference")
             # Stack traces are most of the document's text and the partitioner does
             # not read them; the built graphs take them from the joint graph's meta.
+            doc.pop("stack_traces", None)
             for entry in doc["nodes"]:
                 meta = entry.get("meta")
                 if meta:
-                    meta.pop("stack_trace", None)
+                    meta.pop("stack_trace_index", None)
         if doc.get("symbols"):
             _add_dim_hints(doc, joint_module.graph)
         t1 = time.perf_counter()

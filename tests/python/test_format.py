@@ -511,7 +511,7 @@ def test_stack_trace_table(sin_mm_doc, tmp_path):
     doc["stack_traces"] = ['File "model.py", line 7, in forward\n    y = x.sin()\n']
     calls = [n for n in doc["nodes"] if n["op"] == "call_function"]
     for n in calls:
-        n.setdefault("meta", {})["stack_trace"] = 0
+        n.setdefault("meta", {})["stack_trace_index"] = 0
     gm = _load_doc(doc, tmp_path)
     traced = [n for n in gm.graph.nodes if n.op == "call_function"]
     assert traced and all(n.meta["stack_trace"] == doc["stack_traces"][0] for n in traced)
@@ -520,6 +520,6 @@ def test_stack_trace_table(sin_mm_doc, tmp_path):
     emitted = [n for g in (p.forward, p.backward) for n in g.graph.nodes if n.op == "call_function"]
     assert any(n.meta.get("stack_trace") == doc["stack_traces"][0] for n in emitted)
     # An index outside the table is refused where it is written.
-    calls[0]["meta"]["stack_trace"] = 3
-    with pytest.raises(FormatError, match=r'stack trace 3 is not an index of "stack_traces" \(which has 1\)'):
+    calls[0]["meta"]["stack_trace_index"] = 3
+    with pytest.raises(FormatError, match=r'3 is not an index of "stack_traces" \(which has 1\)'):
         _load_doc(doc, tmp_path)

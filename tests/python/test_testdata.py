@@ -100,7 +100,7 @@ def test_integer_inputs_have_value_range(loaded):
 def _strip_stack_traces(doc):
     doc.pop("stack_traces", None)
     for n in doc["nodes"]:
-        n.get("meta", {}).pop("stack_trace", None)
+        n.get("meta", {}).pop("stack_trace_index", None)
     return doc
 
 
