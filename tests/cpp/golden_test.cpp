@@ -192,8 +192,8 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     FXREMAT_ASSIGN_OR_RETURN(bool again, FunctionalizeRng(p));
     if (again || PrintPartition(p) != after) return Status::Internal("a second FunctionalizeRng changed the partition");
     for (const Graph* g : {p.forward.get(), p.backward.get()}) {
-      FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> reparsed, ParseGraph(PrintGraph(*g)));
-      if (PrintGraph(*reparsed) != PrintGraph(*g)) return Status::Internal("emitted graph does not round-trip");
+      FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> emitted_again, ParseGraph(PrintGraph(*g)));
+      if (PrintGraph(*emitted_again) != PrintGraph(*g)) return Status::Internal("emitted graph does not round-trip");
     }
     return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
   }
