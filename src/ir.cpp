@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
-#include <set>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -319,20 +318,22 @@ Node* Graph::allocateNode() {
 Node* Graph::createNode(OpKind op, std::string name, std::string_view target,
                         std::vector<Argument> args, Kwargs kwargs) {
   assert(!findNode(name) && "createNode: duplicate node name");
-  return appendNode(NodePtr(new (allocateNode()) Node(this, op, std::move(name), target)), std::move(args),
-                    std::move(kwargs));
+  return insertNode(NodePtr(new (allocateNode()) Node(this, op, std::move(name), target)), appendPosition(op),
+                    std::move(args), std::move(kwargs));
 }
 
 Node* Graph::createNodeLike(const Node& like, std::vector<Argument> args, Kwargs kwargs) {
   assert(!findNode(like.name()) && "createNodeLike: duplicate node name");
-  return appendNode(NodePtr(new (allocateNode()) Node(this, like)), std::move(args), std::move(kwargs));
+  return insertNode(NodePtr(new (allocateNode()) Node(this, like)), appendPosition(like.op()), std::move(args),
+                    std::move(kwargs));
 }
 
-Node* Graph::appendNode(NodePtr node, std::vector<Argument> args, Kwargs kwargs) {
-  const OpKind op = node->op();
+size_t Graph::appendPosition(OpKind op) const {
+  return op != OpKind::kOutput && outputNode() != nullptr ? nodes_.size() - 1 : nodes_.size();
+}
+
+Node* Graph::insertNode(NodePtr node, size_t position, std::vector<Argument> args, Kwargs kwargs) {
   Node* raw = node.get();
-  size_t position = nodes_.size();
-  if (op != OpKind::kOutput && outputNode() != nullptr) position = nodes_.size() - 1;
   nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position), std::move(node));
   if (names_indexed_) by_name_.emplace(raw->name_, raw);
   renumber(position);
@@ -345,14 +346,8 @@ Node* Graph::createNodeBefore(Node* before, OpKind op, std::string name, std::st
   assert(before && before->graph_ == this && "createNodeBefore: anchor from another graph");
   assert(!findNode(name) && "createNodeBefore: duplicate node name");
   assert(op != OpKind::kOutput && "createNodeBefore: the output node is created with createNode");
-  NodePtr node(new (allocateNode()) Node(this, op, std::move(name), target));
-  Node* raw = node.get();
-  const size_t position = before->index_;
-  nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position), std::move(node));
-  if (names_indexed_) by_name_.emplace(raw->name_, raw);
-  renumber(position);
-  setInputs(raw, std::move(args), std::move(kwargs));
-  return raw;
+  return insertNode(NodePtr(new (allocateNode()) Node(this, op, std::move(name), target)), before->index_,
+                    std::move(args), std::move(kwargs));
 }
 
 void Graph::renameNode(Node* node, std::string name) {

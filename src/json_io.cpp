@@ -931,10 +931,8 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
     meta.stack_trace = stack_traces_[static_cast<size_t>(k)];
   }
   if (!recompute.empty()) {
-    // Only the plain names (not "CheckpointPolicy.MUST_SAVE", which DecisionFromName also takes).
-    Expected<Decision> d = DecisionFromName(recompute);
-    if (!d.ok() || DecisionName(*d) != recompute)
-      return Fail(JsonPath(path, "recompute"), fmt::format("unknown checkpoint policy '{}'", recompute));
+    std::optional<Decision> d = RecomputeTagFromName(recompute);
+    if (!d) return Fail(JsonPath(path, "recompute"), fmt::format("unknown checkpoint policy '{}'", recompute));
     meta.recompute = *d;
   }
   if (!partitioner_tag.empty()) {
@@ -1957,20 +1955,6 @@ std::string GraphToJson(const Graph& graph) {
   return std::move(writer.text());
 }
 
-GraphFiles GraphToJsonFiles(const Graph& graph, const std::string& sidecar_name) {
-  std::map<std::string, SafetensorsEntry> sidecar;
-  GraphFiles files;
-  if (UseNlohmannIo()) {
-    files.json = GraphToJsonDocument(graph, sidecar_name, &sidecar).dump(1) + "\n";
-  } else {
-    JsonStreamWriter writer;
-    WriteGraphJson(writer, graph, sidecar_name, &sidecar);
-    files.json = std::move(writer.text());
-  }
-  if (!sidecar.empty()) files.sidecar = WriteSafetensors(sidecar);
-  return files;
-}
-
 std::string SidecarNameFor(const std::string& graph_path) {
   std::string name = std::filesystem::path(graph_path).filename().string();
   for (std::string_view ext : {".gz", ".json", ".fxir"})
@@ -1981,13 +1965,14 @@ std::string SidecarNameFor(const std::string& graph_path) {
 
 Status WriteGraphFile(const std::string& path, const Graph& graph) {
   const std::string sidecar_name = SidecarNameFor(path);
-  if (UseNlohmannIo()) {
-    GraphFiles files = GraphToJsonFiles(graph, sidecar_name);
-    if (!files.sidecar.empty()) {
+  if (UseNlohmannIo()) {  // the document built first, then written (bench/io_bench.py's "old")
+    std::map<std::string, SafetensorsEntry> sidecar;
+    const std::string json = GraphToJsonDocument(graph, sidecar_name, &sidecar).dump(1) + "\n";
+    if (!sidecar.empty()) {
       const std::string sidecar_path = (std::filesystem::path(path).parent_path() / sidecar_name).string();
-      FXREMAT_RETURN_IF_ERROR(WriteFileAtomically(sidecar_path, files.sidecar));
+      FXREMAT_RETURN_IF_ERROR(WriteFileAtomically(sidecar_path, WriteSafetensors(sidecar)));
     }
-    return WriteFileAtomically(path, files.json);
+    return WriteFileAtomically(path, json);
   }
   // The document streams into a temporary file (Note [Streaming writer]); the
   // sidecar is written, then the document renamed into place: a reader never

@@ -9,21 +9,16 @@ namespace {
 thread_local PhaseLog* current_log = nullptr;
 }  // namespace
 
-void PhaseLog::Begin(std::string_view name) {
-  for (const Entry& e : entries_)
-    if (e.name == name) return;
+size_t PhaseLog::Begin(std::string_view name) {
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].name == name) return i;
   entries_.push_back(Entry{std::string(name), 0, 0});
+  return entries_.size() - 1;
 }
 
-void PhaseLog::Add(std::string_view name, double ms) {
-  for (Entry& e : entries_) {
-    if (e.name == name) {
-      e.ms += ms;
-      ++e.count;
-      return;
-    }
-  }
-  entries_.push_back(Entry{std::string(name), ms, 1});
+void PhaseLog::End(size_t entry, double ms) {
+  entries_[entry].ms += ms;
+  ++entries_[entry].count;
 }
 
 std::string PhaseLog::ToText() const {

@@ -34,12 +34,17 @@ std::string_view DecisionName(Decision d) {
   return "";
 }
 
+std::optional<Decision> RecomputeTagFromName(std::string_view name) {
+  for (Decision d : {Decision::kMustSave, Decision::kPreferSave, Decision::kMustRecompute, Decision::kPreferRecompute,
+                     Decision::kMustOffload, Decision::kPreferOffload})
+    if (DecisionName(d) == name) return d;
+  return std::nullopt;
+}
+
 Expected<Decision> DecisionFromName(std::string_view name) {
   std::string_view n = name;
   if (n.rfind("CheckpointPolicy.", 0) == 0) n.remove_prefix(17);
-  for (Decision d : {Decision::kMustSave, Decision::kPreferSave, Decision::kMustRecompute,
-                     Decision::kPreferRecompute, Decision::kMustOffload, Decision::kPreferOffload})
-    if (DecisionName(d) == n) return d;
+  if (std::optional<Decision> d = RecomputeTagFromName(n)) return *d;
   return Status::BadInput(fmt::format("unknown checkpoint policy decision '{}' (MUST_SAVE, PREFER_SAVE, "
                                       "MUST_RECOMPUTE, PREFER_RECOMPUTE, MUST_CPU_OFFLOAD, PREFER_CPU_OFFLOAD)",
                                       name));

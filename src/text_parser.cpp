@@ -439,9 +439,8 @@ Status Parser::ParseMetaPairs(Lexer& lex, NodeMeta& meta, Node* /*placeholder*/)
     } else if (key == "recompute") {
       const size_t value_col = lex.peek().col;
       FXREMAT_ASSIGN_OR_RETURN(std::string policy, lex.ExpectIdent());
-      Expected<Decision> d = DecisionFromName(policy);
-      if (!d.ok() || DecisionName(*d) != policy)
-        return lex.Error(value_col, fmt::format("unknown checkpoint policy '{}' (recompute tag)", policy));
+      std::optional<Decision> d = RecomputeTagFromName(policy);
+      if (!d) return lex.Error(value_col, fmt::format("unknown checkpoint policy '{}' (recompute tag)", policy));
       meta.recompute = *d;
     }
     else if (key == "written_back_from") { FXREMAT_ASSIGN_OR_RETURN(int64_t k, lex.ExpectInt()); meta.mutableRare().written_back_from = k; }

@@ -279,6 +279,9 @@ std::string_view DecisionName(Decision d);
 // Inverse of DecisionName; also accepts "CheckpointPolicy.MUST_SAVE". Unknown
 // names are a bad-input error.
 Expected<Decision> DecisionFromName(std::string_view name);
+// A recompute tag as the graph readers take it: exactly a DecisionName other
+// than kNone's ("MUST_SAVE", not "CheckpointPolicy.MUST_SAVE"); nullopt if not.
+std::optional<Decision> RecomputeTagFromName(std::string_view name);
 
 // AOTAutograd's meta["partitioner_tag"]: where the joint trace put a node.
 enum class PartitionerTag : uint8_t { kNone, kIsForward, kIsBackward, kMustBeInForward, kMustBeInBackward };
@@ -568,7 +571,11 @@ class Graph {
 
  private:
   void renumber(size_t from);
-  Node* appendNode(NodePtr node, std::vector<Argument> args, Kwargs kwargs);  // createNode's placement
+  // Where createNode puts a node: last, or before an existing output node.
+  size_t appendPosition(OpKind op) const;
+  // Places a freshly allocated node at `position` (renumbering those after it)
+  // and sets its arguments: the common tail of every create function.
+  Node* insertNode(NodePtr node, size_t position, std::vector<Argument> args, Kwargs kwargs);
 
   std::string name_;
   GraphKind kind_ = GraphKind::kPlain;

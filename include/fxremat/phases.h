@@ -6,6 +6,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,10 +24,12 @@ class PhaseLog {
     double ms = 0;
     int64_t count = 0;
   };
-  // Makes `name` an entry (at the end, with no time yet) unless it is one:
-  // called when a phase starts, so that entries are in the order phases began.
-  void Begin(std::string_view name);
-  void Add(std::string_view name, double ms);
+  // The index of `name`'s entry, made (at the end, with no time yet) unless it
+  // is one: called when a phase starts, so that entries are in the order
+  // phases began.
+  size_t Begin(std::string_view name);
+  // Adds one run of `ms` to the entry Begin returned.
+  void End(size_t entry, double ms);
   const std::vector<Entry>& entries() const { return entries_; }
   // "name ms count" lines, a header first: what the CLI prints under FXREMAT_PHASES=1.
   std::string ToText() const;
@@ -52,21 +56,19 @@ class ScopedPhaseLog {
   PhaseLog* previous_;
 };
 
-// Times its scope as phase `name` (which must outlive the scope: it is read at
-// the end).
-// Phases nest; each reports its own whole duration, so an outer phase
+// Times its scope as phase `name`. Phases nest; each reports its own whole duration, so an outer phase
 // includes its inner ones.
 class ScopedPhase {
  public:
   explicit ScopedPhase(std::string_view name)
-      : log_(CurrentPhaseLog()), name_(name) {
+      : log_(CurrentPhaseLog()) {
     if (log_) {
-      log_->Begin(name_);
+      entry_ = log_->Begin(name);
       start_ = Clock::now();
     }
   }
   ~ScopedPhase() {
-    if (log_) log_->Add(name_, std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
+    if (log_) log_->End(entry_, std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
   }
   ScopedPhase(const ScopedPhase&) = delete;
   ScopedPhase& operator=(const ScopedPhase&) = delete;
@@ -74,7 +76,7 @@ class ScopedPhase {
  private:
   using Clock = std::chrono::steady_clock;
   PhaseLog* log_;
-  std::string_view name_;
+  size_t entry_ = 0;
   Clock::time_point start_;
 };
 

@@ -33,13 +33,6 @@ std::string GraphToJson(const Graph& graph);
 // it holds (src/python/bindings.cpp). Not a readable graph document.
 std::string GraphToJsonBrief(const Graph& graph, const std::function<bool(const Node&)>& brief);
 
-// A graph's document and the safetensors sidecar for constants over 64 KiB
-// (empty when there are none), which the document names `sidecar_name`.
-struct GraphFiles {
-  std::string json;
-  std::string sidecar;
-};
-GraphFiles GraphToJsonFiles(const Graph& graph, const std::string& sidecar_name);
 // "dir/model.json.gz" -> "model.constants.safetensors".
 std::string SidecarNameFor(const std::string& graph_path);
 // Writes the document (gzip for ".gz") and its sidecar beside it, each atomically.
