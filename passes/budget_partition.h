@@ -27,7 +27,9 @@
 //   4. keeps the cheapest candidate within the budget, then adds saved values
 //      back, the most recompute cost avoided per byte first, as long as the
 //      simulated peak stays within the budget; drops saved values from the min
-//      cut likewise; searches locally (single and pair moves);
+//      cut likewise; searches locally (single and pair moves), then anneals
+//      and rebuilds the saved set (Note [Searching the saved set] in
+//      budget_partition.cpp; small graphs only);
 //   5. when budget_milp_max_variables allows, solves Note [Budget MILP] with
 //      CBC and searches locally from its saved set too; the cheaper wins;
 //   6. when offload_bandwidth_gbps is set and the step runs on an accelerator,

@@ -71,16 +71,17 @@ def _cross_check(graphs, options):
 
 
 def test_solver_against_the_milp():
-    solved, _, points, competitive, losses = _cross_check(GRAPHS, {})
+    solved, within, points, competitive, losses = _cross_check(GRAPHS, {})
     assert solved >= len(GRAPHS)  # the reference itself works
     assert points >= 10
-    # Measured at landing: 11 of 19 (58%), each side at the same byte bound; the
-    # whole small corpus is in docs/benchmarks_budget_milp.md. The target,
-    # 95%, is not met by the default solver (its MILP candidate, below, is slow): the
-    # MILP's saved sets differ from the solver's by exchanges of many values at
-    # once, which its local search (single and pair moves) does not reach. This
-    # bound guards against regressions.
-    assert competitive >= 0.55 * points, losses
+    # Measured: ours no costlier than the MILP's saved set at 18 of its 19
+    # feasible points (11 before the annealing and the rebuild of Note
+    # [Searching the saved set]), within 1% of its objective at 24 of 29; the
+    # whole small corpus is in docs/benchmarks_budget_milp.md. The MILP's memory
+    # model is coarser than the simulator's, so its objective can be out of reach
+    # (its own saved set over the budget). These bounds guard against regressions.
+    assert competitive >= 0.85 * points, losses
+    assert within >= 0.75 * solved, (within, solved)
 
 
 @pytest.mark.skipif(not _C.budget_milp_solver_available(), reason="fxremat built without COIN-OR CBC")
