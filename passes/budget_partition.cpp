@@ -385,7 +385,11 @@ class BudgetSolver {
   // replay, the autograd-engine order, getitems raised, then the transfers of
   // the `offloaded` saved values (they must be saved).
   Expected<Partition> Emit(const std::vector<Node*>& saved, const std::vector<Node*>& offloaded = {}) const {
-    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g_, c_, saved, "mincut"));
+    // A scratch extraction: the partition lives while the solver does (it is
+    // simulated and dropped), and the one kept is extracted again by the pipeline.
+    ExtractOptions scratch;
+    scratch.scratch = true;
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g_, c_, saved, "mincut", scratch));
     FXREMAT_RETURN_IF_ERROR(FunctionalizeRng(p).status());  // the saved RNG states count (Note [Replaying random ops])
     FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
     FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.forward).status());
@@ -730,10 +734,9 @@ class BudgetSolver {
   // peak they record comes from Evaluate. A saved value the backward does not
   // read is dropped from the state (extraction drops it), so a move that only
   // toggles such values is recognized as no move. The allowance of each is a
-  // number of attempts that falls with the square of the graph's size (an
-  // attempt costs time proportional to the size, and larger graphs have more
-  // values to move): thorough on small graphs, nothing on the largest, where
-  // the segment candidates and the local search decide. The generator
+  // number of attempts (SearchAllowance): thorough on small graphs, nothing
+  // on the largest, where the segment candidates and the local search decide.
+  // The generator
   // (splitmix64) is seeded by the target and every attempt counts whether or
   // not the evaluation cache answers it, so a front solved by several threads
   // finds what one thread finds (Note [Threads in the front]).
@@ -859,17 +862,26 @@ class BudgetSolver {
     return cost;
   }
 
-  // Attempts allowed to each search (Note [Searching the saved set]):
-  // min(3000, scale / nodes^2). The annealing's 2.7e8 gives 3000 attempts up
-  // to 300 nodes, 270 at 1,000 and fewer than 8 (none) above 5,800; the
-  // rebuild, whose attempts each run a greedy pass, a tenth of that. Chosen on
-  // bench/budget_milp_bench.py's corpus: ten times more attempts found 1 more
-  // point of 186 within 1% of the MILP.
-  static constexpr double kAnnealScale = 2.7e8, kRebuildScale = 2.7e7;
+  // Attempts allowed to each search (Note [Searching the saved set]): an
+  // attempt costs time proportional to the graph's size, so the allowance is
+  // a number of node-evaluations divided by the size, capped; graphs above
+  // kLargestSearched nodes get none. Each search: 1,000 attempts up to 150
+  // nodes, 150 at 1,000, 37 at 4,000 (a rebuild's attempt is one emission of
+  // its greedy pass). Chosen on
+  // bench/budget_milp_bench.py's corpus and the budget benchmark's models:
+  // allowances that fell with the square of the size (3,000 attempts at 300
+  // nodes) took twice the time for no better points on the small corpus and
+  // left the 1,700-1,900-node models 3-12% costlier over a 20-point front.
+  struct Allowance {
+    double node_evaluations, cap;
+  };
+  static constexpr Allowance kAnnealAllowance{1.5e5, 1000}, kRebuildAllowance{1.5e5, 1000};
+  static constexpr size_t kLargestSearched = 4096;
   static constexpr double kAnnealStart = 5.0;  // the first temperature, times the start's cost
-  int64_t SearchAllowance(double scale) const {
+  int64_t SearchAllowance(const Allowance& a) const {
+    if (g_.size() > kLargestSearched) return 0;
     const double size = static_cast<double>(std::max<size_t>(g_.size(), 1));
-    return static_cast<int64_t>(std::min(3000.0, scale / (size * size)));
+    return static_cast<int64_t>(std::min(a.cap, a.node_evaluations / size));
   }
 
   std::vector<const Node*> FreeValues() const {
@@ -903,7 +915,7 @@ class BudgetSolver {
   }
 
   Expected<Candidate> Anneal(Candidate start, int64_t target) {
-    const int64_t allowance = SearchAllowance(kAnnealScale);
+    const int64_t allowance = SearchAllowance(kAnnealAllowance);
     const std::vector<const Node*> free = FreeValues();
     if (allowance < 8 || free.size() < 2 || start.ev.cost <= 0) return start;
     std::vector<int32_t> slot(g_.size(), -1);  // index in `free`
@@ -954,7 +966,7 @@ class BudgetSolver {
   }
 
   Expected<Candidate> Rebuild(Candidate start, int64_t target) {
-    const int64_t allowance = SearchAllowance(kRebuildScale);
+    const int64_t allowance = SearchAllowance(kRebuildAllowance);
     const std::vector<const Node*> free = FreeValues();
     if (allowance < 8 || free.size() < 2) return start;
     Random rng{0x2545F4914F6CDD1Dull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};

@@ -164,23 +164,25 @@ namespace {
 
 std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                      const std::vector<PlaceholderRole>& input_roles,
-                                     const std::vector<Node*>& outputs, Subgraph which, const SubgraphPlan& plan);
+                                     const std::vector<Node*>& outputs, Subgraph which, const SubgraphPlan& plan,
+                                     bool share_op_facts);
 
 }  // namespace
 
 Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                                  const std::vector<PlaceholderRole>& input_roles,
                                                  const std::vector<Node*>& outputs, Subgraph which,
-                                                 const NodeSides& sides) {
+                                                 const NodeSides& sides, bool share_op_facts) {
   FXREMAT_ASSIGN_OR_RETURN(SubgraphPlan plan, PlanSubgraph(joint, inputs, outputs, which, sides));
-  return BuildSubgraph(joint, inputs, input_roles, outputs, which, plan);
+  return BuildSubgraph(joint, inputs, input_roles, outputs, which, plan, share_op_facts);
 }
 
 namespace {
 
 std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                      const std::vector<PlaceholderRole>& input_roles,
-                                     const std::vector<Node*>& outputs, Subgraph which, const SubgraphPlan& plan) {
+                                     const std::vector<Node*>& outputs, Subgraph which, const SubgraphPlan& plan,
+                                     bool share_op_facts) {
   auto g = std::make_unique<Graph>();
   g->reserve(static_cast<size_t>(std::count(plan.live.begin(), plan.live.end(), true)) + inputs.size() + 1);
   g->setName(joint.name());
@@ -214,8 +216,8 @@ std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*
     copy->val() = n.val();
     copy->meta() = n.meta();
     env[n.index()] = copy;
-    if (const OpInfo* info = n.opInfo())  // copied once per target
-      copy->cacheOpInfo(&g->ops().try_emplace(info->target, *info).first->second);
+    if (const OpInfo* info = n.opInfo())  // copied once per target, or shared by a scratch graph
+      copy->cacheOpInfo(share_op_facts ? info : &g->ops().try_emplace(info->target, *info).first->second);
     // A constant goes with every graph that reads it (the reference copies get_attr nodes into both).
     // So does a higher-order op's subgraph (Note [Higher-order ops]), shared.
     if (n.op() == OpKind::kGetAttr) {
@@ -239,7 +241,8 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
 }
 
 Expected<Partition> ExtractPartition(const Graph& joint, const JointClassification& c,
-                                     const std::vector<Node*>& saved_values, const std::string& partitioner_name) {
+                                     const std::vector<Node*>& saved_values, const std::string& partitioner_name,
+                                     const ExtractOptions& options) {
   ScopedPhase phase("extract");
   std::vector<Node*> saved_tensors, saved_syms;
   // Note [Opaque inputs] (fxremat/partition.h): opaque primals go to the
@@ -307,13 +310,15 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
 
   Partition result;
   FXREMAT_ASSIGN_OR_RETURN(result.forward,
-                           ExtractSubgraph(joint, fw_inputs, fw_roles, fw_outputs, Subgraph::kForward, sides));
+                           ExtractSubgraph(joint, fw_inputs, fw_roles, fw_outputs, Subgraph::kForward, sides,
+                                           options.scratch));
   backward_inputs(bw_inputs, bw_roles);
   if (probe_is_backward && !bindings_changed) {
-    result.backward = BuildSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward, probe);
+    result.backward =
+        BuildSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward, probe, options.scratch);
   } else {
     FXREMAT_ASSIGN_OR_RETURN(result.backward, ExtractSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs,
-                                                              Subgraph::kBackward, sides));
+                                                              Subgraph::kBackward, sides, options.scratch));
   }
 
   Signature& sig = result.signature;
@@ -385,6 +390,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
     e.type = opaque_inputs[k]->val().expr;
     sig.opaque_inputs.push_back(std::move(e));
   }
+  if (options.scratch) return result;
   Status check = CheckSignature(*result.forward, *result.backward, sig);
   if (!check.ok()) return Status::Internal("emitted graphs violate their signature: " + check.ToString());
   return result;

@@ -55,12 +55,13 @@ enum class Subgraph { kForward, kBackward };
 // arguments are all available, then removing dead code. An output that cannot
 // be computed from the inputs is a bad-input error naming it. `sides` is
 // ClassifySides(joint) (JointClassification::sides), made once for every graph
-// extracted from one joint graph.
+// extracted from one joint graph. With `share_op_facts` the new nodes use the
+// joint's op facts (ExtractOptions::scratch): the graph must not outlive it.
 NodeSides ClassifySides(const Graph& joint);
 Expected<std::unique_ptr<Graph>> ExtractSubgraph(const Graph& joint, const std::vector<Node*>& inputs,
                                                  const std::vector<PlaceholderRole>& input_roles,
                                                  const std::vector<Node*>& outputs, Subgraph which,
-                                                 const NodeSides& sides);
+                                                 const NodeSides& sides, bool share_op_facts = false);
 
 // The name a naming op (xla.name_tensor, fxremat.checkpoint_name, ...) gives
 // this value: as the op's result or as its annotated input. Empty if none.

@@ -171,10 +171,19 @@ Expected<JointClassification> ClassifyJoint(const Graph& joint);
 // returning: a violation is an internal error.
 Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*>& saved_values,
                                      const std::string& partitioner_name);
+// How ExtractPartition builds its graphs.
+struct ExtractOptions {
+  // A throwaway partition, evaluated while the joint graph lives (the budget
+  // solver's candidates): its nodes use the joint's op facts instead of copies
+  // in the new graphs' tables, and the signature check is left to the
+  // extraction of the partition that is kept (RunPartition extracts it again).
+  bool scratch = false;
+};
 // The same with the joint graph's classification already made (ClassifyJoint of
 // `joint`): the budget solver extracts hundreds of candidates from one graph.
 Expected<Partition> ExtractPartition(const Graph& joint, const JointClassification& classification,
-                                     const std::vector<Node*>& saved_values, const std::string& partitioner_name);
+                                     const std::vector<Node*>& saved_values, const std::string& partitioner_name,
+                                     const ExtractOptions& options = {});
 
 // Checks both graphs against the signature: counts, every saved value at its
 // stated forward-output and backward-input index with matching facts, tangents
