@@ -282,13 +282,33 @@ class BudgetSolver {
     for (const Node* r : c_.bwd_rng) flags_[r->index()] |= kBwInput;
     for (const Node* p : c_.primals)
       if (p->val().kind == ValueFacts::Kind::kOpaque) flags_[p->index()] |= kBwInput;
+    bw_outputs_.clear();
     for (const Node* o : c_.backward_outputs)
       if (o) bw_outputs_.push_back(static_cast<int32_t>(o->index()));
     for (const Node* o : c_.forward_outputs)
-      if (o) fw_outputs_.push_back(static_cast<int32_t>(o->index()));
+      if (o) flags_[o->index()] |= kForwardSeed;
+    // Impure ops the forward's plan keeps: computable from the primals (and
+    // the forward's RNG states), not pinned to the backward.
+    std::vector<uint8_t> fw_valid(n, 0);
+    for (const Node* p : c_.primals) fw_valid[p->index()] = 1;
+    for (const Node* r : c_.fwd_rng) fw_valid[r->index()] = 1;
+    for (const auto& up : g_.nodes()) {
+      const Node& node = *up;
+      const size_t i = node.index();
+      if (node.isPlaceholder() || node.isOutput() || c_.sides.backward_only[i]) continue;
+      uint8_t ok = 1;
+      for (const Node* x : node.inputs()) ok = ok && fw_valid[x->index()];
+      fw_valid[i] = ok;
+      if (ok && c_.sides.impure[i]) flags_[i] |= kForwardSeed;
+    }
+    // A random op that the backward reruns is a replay of its draw, which
+    // FunctionalizeRng renames on both sides (a getitem in the forward,
+    // run_with_rng_state in the backward): PartitionRecomputeCost does not count it.
+    for (const auto& up : g_.nodes())
+      if (IsRandomOp(*up)) node_cost_[up->index()] = 0;
     const std::vector<bool> base = BaseSet();
     base_.assign(n, 0);
-    for (size_t i = 0; i < n; ++i) base_[i] = base[i];
+    for (const auto& up : g_.nodes()) base_[up->index()] = base[up->index()] && !IsAssertOnlySymBool(*up);
   }
 
   int64_t StorageBytesOf(const Node& n) const {
@@ -474,7 +494,7 @@ class BudgetSolver {
       return density(a) > density(b);
     };
     std::stable_sort(pool_.begin(), pool_.end(), by_density);
-    // Step 5's moves: every value that may be saved (views of the inputs are free).
+    // Step 4's moves: every value that may be saved (views of the inputs are free).
     for (const auto& up : g_.nodes())
       if (Saveable(*up)) movable_.push_back(up.get());
     std::stable_sort(movable_.begin(), movable_.end(), by_density);
@@ -701,7 +721,7 @@ class BudgetSolver {
     return std::optional<Candidate>();
   }
 
-  // Step 5: local search from the chosen partition: save one more value, or
+  // Step 4's local search from the chosen partition: save one more value, or
   // stop saving one, whenever that lowers the recompute cost within the
   // budget; first improvement, until none is left or the evaluation allowance
   // (inversely proportional to the graph's size) is spent.
@@ -725,25 +745,32 @@ class BudgetSolver {
   //    probability exp(-increase / T), T cooling geometrically from
   //    kAnnealStart times the start's cost to 1e-4 of it.
   //  - Rebuild: ruin and recreate. Stop saving 1-3 random saved values, then
-  //    save again, greedily, the value with the largest recompute cost avoided
-  //    per byte, as long as the peak stays within the budget; keep the result
-  //    when it is no costlier.
-  // Both price a move without emitting it first (SearchCost: extraction's
-  // plan on flat arrays, exactly PartitionRecomputeCost's figure, in O(nodes))
-  // and emit and simulate only the moves that pass on cost; every cost and
-  // peak they record comes from Evaluate. A saved value the backward does not
+  //    save again, greedily, the value whose saving avoids the most recompute
+  //    cost per byte (all values' gains from one post-dominator pass), as long
+  //    as the peak stays within the budget (or comes closer to it, from a
+  //    ruined state above it); keep the result when it is no costlier. Each
+  //    step is emitted and simulated.
+  // The annealing prices a move before emitting it (SearchCost: extraction's
+  // plan on flat arrays, PartitionRecomputeCost's figure in O(nodes)) and
+  // emits and simulates only the moves that pass on cost; every cost and peak
+  // either search records comes from Evaluate. SearchCost is exact on static
+  // shapes (checked against Evaluate on every graph of testdata/, the random
+  // programs and the budget models included); with dynamic shapes it does not
+  // model the symbol bindings extraction adds to the backward, so the
+  // annealing applies the estimate's change to the exact figure of the current
+  // state rather than the estimate itself. A saved value the backward does not
   // read is dropped from the state (extraction drops it), so a move that only
-  // toggles such values is recognized as no move. The allowance of each is a
-  // number of attempts (SearchAllowance): thorough on small graphs, nothing
-  // on the largest, where the segment candidates and the local search decide.
-  // The generator
-  // (splitmix64) is seeded by the target and every attempt counts whether or
-  // not the evaluation cache answers it, so a front solved by several threads
-  // finds what one thread finds (Note [Threads in the front]).
+  // toggles such values is recognized as no move. The allowance of each
+  // search is a number of attempts (SearchAllowance): thorough on small
+  // graphs, nothing on the largest, where the segment candidates and the local
+  // search decide. The generator (splitmix64) is seeded by the target and
+  // every attempt counts whether or not the evaluation cache answers it, so a
+  // front solved by several threads finds what one thread finds (Note
+  // [Threads in the front]).
   using Mask = std::vector<uint8_t>;
 
   struct Scratch {
-    Mask valid, live, fwd;
+    Mask valid, live, fwd, used, sink;
     std::vector<int32_t> parent, depth;
     std::vector<double> subtree;
   };
@@ -793,11 +820,7 @@ class BudgetSolver {
     }
     for (int32_t o : bw_outputs_)
       if (s.valid[static_cast<size_t>(o)]) s.live[static_cast<size_t>(o)] = 1;
-    for (int32_t o : fw_outputs_) s.fwd[static_cast<size_t>(o)] = 1;
     for (size_t i = n; i-- > 0;) {
-      if (in[i] && !(flags_[i] & kTangentClosure)) s.fwd[i] = 1;
-      if (s.fwd[i])
-        for (int32_t k = in_off_[i]; k < in_off_[i + 1]; ++k) s.fwd[static_cast<size_t>(in_idx_[k])] = 1;
       if (!s.valid[i] || is_input(i)) continue;
       bool keep = s.live[i] || (flags_[i] & kImpure);
       for (int32_t k = us_off_[i]; k < us_off_[i + 1] && !keep; ++k) {
@@ -806,21 +829,28 @@ class BudgetSolver {
       }
       s.live[i] = keep;
     }
+    // What the backward reads of `in` (extraction drops the rest), then what
+    // the forward runs: its outputs, its impure ops and the saved values it
+    // keeps, with their inputs.
+    s.used.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (base_[i] && in[i]) s.used[i] = 1;
+      if (!s.live[i] || is_input(i)) continue;
+      for (int32_t k = in_off_[i]; k < in_off_[i + 1]; ++k)
+        if (in[static_cast<size_t>(in_idx_[k])]) s.used[static_cast<size_t>(in_idx_[k])] = 1;
+    }
+    for (int32_t o : bw_outputs_)
+      if (in[static_cast<size_t>(o)]) s.used[static_cast<size_t>(o)] = 1;
+    for (size_t i = n; i-- > 0;) {
+      if ((flags_[i] & kForwardSeed) || (in[i] && s.used[i] && !(flags_[i] & kTangentClosure))) s.fwd[i] = 1;
+      if (s.fwd[i])
+        for (int32_t k = in_off_[i]; k < in_off_[i + 1]; ++k) s.fwd[static_cast<size_t>(in_idx_[k])] = 1;
+    }
     auto counted = [&](size_t i) { return s.live[i] && s.fwd[i] && (flags_[i] & kCall) && !is_input(i); };
     double cost = 0;
     for (size_t i = 0; i < n; ++i)
       if (counted(i)) cost += node_cost_[i];
-    if (used) {
-      used->assign(n, 0);
-      for (size_t i = 0; i < n; ++i) {
-        if (base_[i] && in[i]) (*used)[i] = 1;
-        if (!s.live[i] || is_input(i)) continue;
-        for (int32_t k = in_off_[i]; k < in_off_[i + 1]; ++k)
-          if (in[static_cast<size_t>(in_idx_[k])]) (*used)[static_cast<size_t>(in_idx_[k])] = 1;
-      }
-      for (int32_t o : bw_outputs_)
-        if (in[static_cast<size_t>(o)]) (*used)[static_cast<size_t>(o)] = 1;
-    }
+    if (used) *used = s.used;
     if (gains) {
       // Post-dominators of the live computed values, toward a virtual sink
       // (index n) that every gradient and impure op reaches: users come after
@@ -830,8 +860,8 @@ class BudgetSolver {
       s.parent.assign(n + 1, -1);
       s.depth.assign(n + 1, 0);
       s.subtree.assign(n + 1, 0.0);
-      std::vector<uint8_t> sink(n, 0);
-      for (int32_t o : bw_outputs_) sink[static_cast<size_t>(o)] = 1;
+      s.sink.assign(n, 0);
+      for (int32_t o : bw_outputs_) s.sink[static_cast<size_t>(o)] = 1;
       auto nca = [&](int32_t a, int32_t b) {
         while (a != b) {
           if (s.depth[static_cast<size_t>(a)] < s.depth[static_cast<size_t>(b)]) std::swap(a, b);
@@ -841,14 +871,13 @@ class BudgetSolver {
       };
       for (size_t i = n; i-- > 0;) {
         if (!s.live[i] || is_input(i)) continue;
-        int32_t p = sink[i] || (flags_[i] & kImpure) ? root : -1;
+        int32_t p = s.sink[i] || (flags_[i] & kImpure) ? root : -1;
         for (int32_t k = us_off_[i]; k < us_off_[i + 1] && p != root; ++k) {
           const auto u = static_cast<size_t>(us_idx_[k]);
           if (!s.live[u] || is_input(u)) continue;
           p = p < 0 ? static_cast<int32_t>(u) : nca(p, static_cast<int32_t>(u));
         }
-        if (p < 0) p = root;
-        s.parent[i] = p;
+        s.parent[i] = p;  // a live value is a sink, impure or read by a live one
         s.depth[i] = s.depth[static_cast<size_t>(p)] + 1;
         if (counted(i)) s.subtree[i] = node_cost_[i];
       }
@@ -923,7 +952,7 @@ class BudgetSolver {
     Random rng{0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
     Scratch scratch;
     Mask used, in = MaskOf(start.saved);
-    Normalize(in, scratch, used);
+    double current_estimate = Normalize(in, scratch, used);
     Candidate best = std::move(start);
     double current = best.ev.cost;
     const double t0 = kAnnealStart * current, t_end = 1e-4 * current;
@@ -946,11 +975,13 @@ class BudgetSolver {
           if (slot[x->index()] >= 0 && with[x->index()] == in[a->index()]) near.push_back(x);
         if (!near.empty()) with[near[rng.below(near.size())]->index()] ^= 1;
       }
-      const double cost = Normalize(with, scratch, used);
+      const double estimate = Normalize(with, scratch, used);
       if (with == in) continue;
       const double threshold = rng.uniform();
       auto rejected = [&](double c) { return c > current && threshold >= std::exp(-(c - current) / temperature); };
-      if (rejected(cost)) continue;
+      // The estimate's change applied to the exact figure: what SearchCost
+      // does not model (Note [Searching the saved set]) mostly cancels.
+      if (rejected(current + (estimate - current_estimate))) continue;
       std::vector<Node*> saved = CollectMask(with);
       Expected<Evaluation> tried = Evaluate(saved);
       if (!tried.ok()) {
@@ -960,6 +991,7 @@ class BudgetSolver {
       if (tried->peak > target || rejected(tried->cost)) continue;
       in = std::move(with);
       current = tried->cost;
+      current_estimate = estimate;
       if (tried->cost < best.ev.cost) best = {std::move(saved), *tried, Labelled(best.label, " + annealing")};
     }
     return best;
@@ -968,7 +1000,7 @@ class BudgetSolver {
   Expected<Candidate> Rebuild(Candidate start, int64_t target) {
     const int64_t allowance = SearchAllowance(kRebuildAllowance);
     const std::vector<const Node*> free = FreeValues();
-    if (allowance < 8 || free.size() < 2) return start;
+    if (allowance < 8 || free.size() < 2 || start.ev.cost <= 0) return start;
     Random rng{0x2545F4914F6CDD1Dull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
     Scratch scratch;
     Mask used, in = MaskOf(start.saved);
@@ -1010,6 +1042,10 @@ class BudgetSolver {
         Mask grown = with;
         grown[pick->index()] = 1;
         Normalize(grown, scratch, used);
+        if (!grown[pick->index()]) {  // the backward would not read it (an impure op keeps it live)
+          refused[pick->index()] = 1;
+          continue;
+        }
         ++spent;
         Expected<Evaluation> g = Evaluate(CollectMask(grown));
         if (!g.ok() && g.status().code() != ErrorCode::kBadInput) return g.status();
@@ -1356,10 +1392,11 @@ class BudgetSolver {
   enum : uint8_t {
     kPlaceholder = 1, kOutput = 2, kCall = 4, kForwardOnly = 8, kImpure = 16, kTangentClosure = 32,
     kBwInput = 64,  // tangents, backward RNG states, opaque inputs
+    kForwardSeed = 128,  // a forward output, or an impure op the forward can run
   };
   std::vector<uint8_t> flags_, base_;
   std::vector<double> node_cost_;  // RecomputeCost of each node
-  std::vector<int32_t> in_off_, in_idx_, us_off_, us_idx_, bw_outputs_, fw_outputs_;
+  std::vector<int32_t> in_off_, in_idx_, us_off_, us_idx_, bw_outputs_;
   std::vector<Candidate> candidates_;
   Candidate min_cut_;
   std::vector<Node*> pool_, movable_;
@@ -1384,7 +1421,8 @@ Expected<BudgetSolution> SolvePeakBudget(const Graph& prepared, const MinCutOpti
   s.offloaded_bytes = chosen.ev.offloaded_bytes;
   s.budget_bytes = target;
   s.peak_bytes = chosen.ev.peak;
-  // The budget-0 solve can come in below every candidate (Choose).
+  // The budget-0 solve can come in below every candidate (Choose); a
+  // partition that offloads can too (its device peak).
   s.smallest_peak_bytes = std::min(solver.SmallestPeak(), chosen.ev.peak);
   s.min_cut_peak_bytes = solver.minCut().ev.peak;
   s.recompute_cost = chosen.ev.cost;

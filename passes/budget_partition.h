@@ -29,7 +29,7 @@
 //      simulated peak stays within the budget; drops saved values from the min
 //      cut likewise; searches locally (single and pair moves), then anneals
 //      and rebuilds the saved set (Note [Searching the saved set] in
-//      budget_partition.cpp; small graphs only);
+//      budget_partition.cpp; graphs of up to 4,096 nodes);
 //   5. when budget_milp_max_variables allows, solves Note [Budget MILP] with
 //      CBC and searches locally from its saved set too; the cheaper wins;
 //   6. when offload_bandwidth_gbps is set and the step runs on an accelerator,
@@ -37,8 +37,9 @@
 //      (Note [Offload in the budget] in budget_partition.cpp).
 // The budget is memory_budget_bytes, or smallest + activation_memory_budget *
 // (min cut - smallest), where smallest is the lowest peak among the
-// candidates. A budget below the smallest peak is a bad-input error that
-// states it. The emitted partition's peak is checked again after extraction
+// candidates. A budget below it is met by the budget-0 solve when the searches
+// from the lowest candidate come in lower; otherwise it is a bad-input error
+// that states the peak that solve reaches. The emitted partition's peak is checked again after extraction
 // (RunPartition): the budget holds by construction, never by luck.
 #pragma once
 
@@ -63,7 +64,7 @@ struct BudgetSolution {
   int64_t offloaded_bytes = 0;
   int64_t budget_bytes = 0;         // the bound applied
   int64_t peak_bytes = 0;           // the chosen partition's simulated peak
-  int64_t smallest_peak_bytes = 0;  // the lowest peak among the candidates
+  int64_t smallest_peak_bytes = 0;  // the lowest among the candidates' and the chosen partition's
   int64_t min_cut_peak_bytes = 0;   // the min cut's
   double recompute_cost = 0;        // flops-equivalent recomputed in the backward
   double min_cut_recompute_cost = 0;
