@@ -270,8 +270,12 @@ class BudgetSolver {
       if (c_.sides.forward_only[i]) f |= kForwardOnly;
       if (c_.sides.impure[i]) f |= kImpure;
       if (c_.in_tangents_closure[i]) f |= kTangentClosure;
+      if (c_.forward_computable[i] && c_.sides.impure[i]) f |= kForwardSeed;  // the forward's plan keeps it
       flags_[i] = f;
-      node_cost_[i] = RecomputeCost(node, options_.recompute_flops_per_byte);
+      // A random op that the backward reruns is a replay of its draw, which
+      // FunctionalizeRng renames on both sides (a getitem in the forward,
+      // run_with_rng_state in the backward): PartitionRecomputeCost does not count it.
+      node_cost_[i] = IsRandomOp(node) ? 0.0 : RecomputeCost(node, options_.recompute_flops_per_byte);
       for (const Node* x : node.inputs()) in_idx_.push_back(static_cast<int32_t>(x->index()));
       for (const Node* u : node.users()) us_idx_.push_back(static_cast<int32_t>(u->index()));
       in_off_[i + 1] = static_cast<int32_t>(in_idx_.size());
@@ -287,25 +291,6 @@ class BudgetSolver {
       if (o) bw_outputs_.push_back(static_cast<int32_t>(o->index()));
     for (const Node* o : c_.forward_outputs)
       if (o) flags_[o->index()] |= kForwardSeed;
-    // Impure ops the forward's plan keeps: computable from the primals (and
-    // the forward's RNG states), not pinned to the backward.
-    std::vector<uint8_t> fw_valid(n, 0);
-    for (const Node* p : c_.primals) fw_valid[p->index()] = 1;
-    for (const Node* r : c_.fwd_rng) fw_valid[r->index()] = 1;
-    for (const auto& up : g_.nodes()) {
-      const Node& node = *up;
-      const size_t i = node.index();
-      if (node.isPlaceholder() || node.isOutput() || c_.sides.backward_only[i]) continue;
-      uint8_t ok = 1;
-      for (const Node* x : node.inputs()) ok = ok && fw_valid[x->index()];
-      fw_valid[i] = ok;
-      if (ok && c_.sides.impure[i]) flags_[i] |= kForwardSeed;
-    }
-    // A random op that the backward reruns is a replay of its draw, which
-    // FunctionalizeRng renames on both sides (a getitem in the forward,
-    // run_with_rng_state in the backward): PartitionRecomputeCost does not count it.
-    for (const auto& up : g_.nodes())
-      if (IsRandomOp(*up)) node_cost_[up->index()] = 0;
     const std::vector<bool> base = BaseSet();
     base_.assign(n, 0);
     for (const auto& up : g_.nodes()) base_[up->index()] = base[up->index()] && !IsAssertOnlySymBool(*up);
@@ -776,18 +761,9 @@ class BudgetSolver {
   };
 
   Mask MaskOf(const std::vector<Node*>& saved) const {
-    Mask m(g_.size(), 0);
-    for (const Node* n : BaseSetNodes()) m[n->index()] = 1;
+    Mask m = base_;
     for (const Node* n : saved) m[n->index()] = 1;
     return m;
-  }
-
-  std::vector<const Node*> BaseSetNodes() const {
-    std::vector<const Node*> out;
-    const std::vector<bool> base = BaseSet();
-    for (const auto& up : g_.nodes())
-      if (base[up->index()]) out.push_back(up.get());
-    return out;
   }
 
   std::vector<Node*> CollectMask(const Mask& in) const {
@@ -896,21 +872,18 @@ class BudgetSolver {
   // a number of node-evaluations divided by the size, capped; graphs above
   // kLargestSearched nodes get none. Each search: 1,000 attempts up to 150
   // nodes, 150 at 1,000, 37 at 4,000 (a rebuild's attempt is one emission of
-  // its greedy pass). Chosen on
-  // bench/budget_milp_bench.py's corpus and the budget benchmark's models:
+  // its greedy pass). Chosen on bench/budget_milp_bench.py's corpus and the
+  // budget benchmark's models:
   // allowances that fell with the square of the size (3,000 attempts at 300
   // nodes) took twice the time for no better points on the small corpus and
   // left the 1,700-1,900-node models 3-12% costlier over a 20-point front.
-  struct Allowance {
-    double node_evaluations, cap;
-  };
-  static constexpr Allowance kAnnealAllowance{1.5e5, 1000}, kRebuildAllowance{1.5e5, 1000};
+  static constexpr double kSearchNodeEvaluations = 1.5e5, kSearchAttempts = 1000;
   static constexpr size_t kLargestSearched = 4096;
   static constexpr double kAnnealStart = 5.0;  // the first temperature, times the start's cost
-  int64_t SearchAllowance(const Allowance& a) const {
+  int64_t SearchAllowance() const {
     if (g_.size() > kLargestSearched) return 0;
     const double size = static_cast<double>(std::max<size_t>(g_.size(), 1));
-    return static_cast<int64_t>(std::min(a.cap, a.node_evaluations / size));
+    return static_cast<int64_t>(std::min(kSearchAttempts, kSearchNodeEvaluations / size));
   }
 
   std::vector<const Node*> FreeValues() const {
@@ -944,7 +917,7 @@ class BudgetSolver {
   }
 
   Expected<Candidate> Anneal(Candidate start, int64_t target) {
-    const int64_t allowance = SearchAllowance(kAnnealAllowance);
+    const int64_t allowance = SearchAllowance();
     const std::vector<const Node*> free = FreeValues();
     if (allowance < 8 || free.size() < 2 || start.ev.cost <= 0) return start;
     std::vector<int32_t> slot(g_.size(), -1);  // index in `free`
@@ -998,7 +971,7 @@ class BudgetSolver {
   }
 
   Expected<Candidate> Rebuild(Candidate start, int64_t target) {
-    const int64_t allowance = SearchAllowance(kRebuildAllowance);
+    const int64_t allowance = SearchAllowance();
     const std::vector<const Node*> free = FreeValues();
     if (allowance < 8 || free.size() < 2 || start.ev.cost <= 0) return start;
     Random rng{0x2545F4914F6CDD1Dull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
@@ -1028,8 +1001,10 @@ class BudgetSolver {
       }
       Evaluation now = *ev;
       Mask refused(g_.size(), 0);
+      bool gains_current = false;  // `gains` are those of `with`
       while (spent < allowance) {
-        SearchCost(with, scratch, nullptr, &gains);
+        if (!gains_current) SearchCost(with, scratch, nullptr, &gains);
+        gains_current = true;
         const Node* pick = nullptr;
         double pick_ratio = 0;
         for (const Node* v : free) {
@@ -1053,6 +1028,7 @@ class BudgetSolver {
         if (g.ok() && (g->peak <= target || (now.peak > target && g->peak < now.peak))) {
           with = std::move(grown);
           now = *g;
+          gains_current = false;
         } else {
           refused[pick->index()] = 1;
         }

@@ -148,7 +148,8 @@ Expected<JointClassification> ClassifyJoint(const Graph& joint) {
 
   const size_t n = joint.size();
   // Forward-computable: valid when extracting the forward from primals.
-  std::vector<bool> computable(n, false);
+  std::vector<bool>& computable = c.forward_computable;
+  computable.assign(n, false);
   c.in_tangents_closure.assign(n, false);
   for (const auto& up : joint.nodes()) {
     const Node& node = *up;

@@ -155,6 +155,9 @@ struct JointClassification {
   std::vector<Node*> primals, tangents, fwd_rng, bwd_rng;
   std::vector<Node*> forward_outputs;   // nullptr entries for None
   std::vector<Node*> backward_outputs;  // one per primal, nullptr for None
+  // Nodes the forward graph can compute: from the primals (and the forward's
+  // RNG states) alone, none pinned to the backward. Indexed by Node::index().
+  std::vector<bool> forward_computable;
   // Nodes the forward outputs need, computed from primals alone.
   std::vector<bool> required_by_forward;  // indexed by Node::index()
   // Nodes that depend on a tangent or must be in the backward.
