@@ -12,8 +12,9 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <limits>
 #include <unordered_map>
-#include <unordered_set>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -82,39 +83,112 @@ bool AppendKey(const Argument& a, const std::vector<Node*>& representative, std:
   return false;
 }
 
-// Pairs (duplicate, representative) in graph order. Keys name the
-// representative of each argument, so chains of duplicates collapse in one pass.
-std::vector<std::pair<Node*, Node*>> FindDuplicates(const Graph& graph) {
-  // Storages that graph outputs live in: nodes aliasing them are never merged.
-  std::unordered_set<int64_t> output_storages;
-  for (Node* o : graph.outputValues())
-    if (o && o->val().is_tensor() && o->val().tensor.storage >= 0) output_storages.insert(o->val().tensor.storage);
-  // key -> first node (representative). The keys' bytes live in `key_bytes`,
-  // in chunks that never move: one allocation per megabyte, not per key.
-  std::unordered_map<std::string_view, Node*> seen;
-  seen.reserve(graph.size());
-  std::vector<std::unique_ptr<char[]>> key_bytes;
-  size_t chunk_used = 0, chunk_size = 0;
-  auto store = [&](const std::string& k) -> std::string_view {
-    if (chunk_size - chunk_used < k.size()) {
-      chunk_size = std::max<size_t>(k.size(), size_t{1} << 20);
-      key_bytes.emplace_back(new char[chunk_size]);
-      chunk_used = 0;
+// The nodes whose value lives in a storage a graph output lives in (those are
+// never merged: outputs must stay distinct tensors). Storage ids are small
+// integers given in graph order, so a bitmap over them is the usual set; a
+// sorted list takes ids far above the graph's size. A hash set here cost a
+// sixth of the pass at a million nodes (a cache miss per node).
+class OutputStorages {
+ public:
+  explicit OutputStorages(const Graph& graph) {
+    for (Node* o : graph.outputValues())
+      if (o && o->val().is_tensor() && o->val().tensor.storage >= 0) ids_.push_back(o->val().tensor.storage);
+    std::sort(ids_.begin(), ids_.end());
+    ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
+    if (!ids_.empty() && ids_.back() < static_cast<int64_t>(8 * graph.size() + 1024)) {
+      bitmap_.assign(static_cast<size_t>(ids_.back()) + 1, false);
+      for (int64_t id : ids_) bitmap_[static_cast<size_t>(id)] = true;
     }
-    char* at = key_bytes.back().get() + chunk_used;
-    std::memcpy(at, k.data(), k.size());
-    chunk_used += k.size();
-    return {at, k.size()};
+  }
+  bool contains(int64_t storage) const {
+    if (storage < 0 || ids_.empty()) return false;
+    if (!bitmap_.empty()) return static_cast<size_t>(storage) < bitmap_.size() && bitmap_[static_cast<size_t>(storage)];
+    return std::binary_search(ids_.begin(), ids_.end(), storage);
+  }
+
+ private:
+  std::vector<int64_t> ids_;  // sorted, unique
+  std::vector<bool> bitmap_;  // by id, when the ids are small
+};
+
+// Key -> the first node with that key: open addressing over 8-byte slots (the
+// upper half of the key's hash beside the node's index; a probe reads a key
+// only when the halves match), the key bytes in chunks that never move (one
+// allocation per megabyte). A std::unordered_map cost an allocation per key and
+// a cache miss per probe into a table four times the size.
+class KeyTable {
+ public:
+  static constexpr uint32_t kAbsent = std::numeric_limits<uint32_t>::max();
+  explicit KeyTable(size_t nodes) : keys_(nodes) {
+    size_t capacity = 16;
+    while (capacity < 2 * nodes) capacity *= 2;
+    slots_.assign(capacity, Slot{});
+  }
+  // The index of the first node stored under `key`; kAbsent after storing
+  // `node_index` (< the table's node count, each stored at most once) under it.
+  uint32_t FindOrInsert(std::string_view key, uint32_t node_index) {
+    const uint64_t hash = std::hash<std::string_view>()(key);
+    const uint32_t fingerprint = static_cast<uint32_t>(hash >> 32);
+    for (size_t slot = hash & (slots_.size() - 1);; slot = (slot + 1) & (slots_.size() - 1)) {
+      Slot& s = slots_[slot];
+      if (s.node == kAbsent) {
+        s = Slot{fingerprint, node_index};
+        keys_[node_index] = Store(key);
+        return kAbsent;
+      }
+      if (s.fingerprint == fingerprint && keys_[s.node] == key) return s.node;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint32_t fingerprint = 0;
+    uint32_t node = kAbsent;
   };
+  std::string_view Store(std::string_view k) {
+    if (chunk_size_ - chunk_used_ < k.size()) {
+      chunk_size_ = std::max<size_t>(k.size(), size_t{1} << 20);
+      chunks_.emplace_back(new char[chunk_size_]);
+      chunk_used_ = 0;
+    }
+    char* at = chunks_.back().get() + chunk_used_;
+    std::memcpy(at, k.data(), k.size());
+    chunk_used_ += k.size();
+    return {at, k.size()};
+  }
+  std::vector<Slot> slots_;               // at most half full: one slot per node, twice over
+  std::vector<std::string_view> keys_;    // by node index
+  std::vector<std::unique_ptr<char[]>> chunks_;
+  size_t chunk_used_ = 0, chunk_size_ = 0;
+};
+
+}  // namespace
+
+// Keys name the representative of each argument, so chains of duplicates
+// collapse in one pass.
+std::vector<DuplicateNode> FindCommonSubexpressions(const Graph& graph) {
+  ScopedPhase phase("find-common-subexpressions");
+  const OutputStorages output_storages(graph);
+  KeyTable seen(graph.size());
   std::vector<Node*> representative(graph.size(), nullptr);  // by node index; null: itself
-  std::vector<std::pair<Node*, Node*>> duplicates;
+  std::vector<DuplicateNode> duplicates;
   uint64_t region = 0;
   std::string key;
+  // Per distinct target (interned: one string per text), whether it mutates
+  // and whether it is never merged; looked up by address, not by text.
+  struct TargetFacts {
+    bool mutates, never_merged;
+  };
+  std::unordered_map<const std::string*, TargetFacts> target_facts;
   for (const auto& up : graph.nodes()) {
     Node* n = up.get();
-    if (IsMutationOp(*n)) ++region;
-    if (!n->isCallFunction() || InRandOps(n->target()) || n->target().rfind("aten.empty.", 0) == 0) continue;
-    if (n->val().is_tensor() && output_storages.count(n->val().tensor.storage)) continue;
+    if (!n->isCallFunction()) continue;  // only a call mutates
+    auto [it, added] = target_facts.try_emplace(&n->target(), TargetFacts{});
+    if (added)
+      it->second = TargetFacts{IsMutationOp(*n), InRandOps(n->target()) || n->target().rfind("aten.empty.", 0) == 0};
+    if (it->second.mutates) ++region;
+    if (it->second.never_merged) continue;
+    if (n->val().is_tensor() && output_storages.contains(n->val().tensor.storage)) continue;
     key.clear();
     AppendRaw(key, region);
     AppendText(key, '#', n->target());
@@ -127,30 +201,23 @@ std::vector<std::pair<Node*, Node*>> FindDuplicates(const Graph& graph) {
       hashable = hashable && AppendKey(v, representative, key);
     }
     if (!hashable) continue;
-    auto it = seen.find(key);
-    if (it == seen.end()) {
-      seen.emplace(store(key), n);
-      continue;
-    }
-    representative[n->index()] = it->second;
-    duplicates.emplace_back(n, it->second);
+    const uint32_t first = seen.FindOrInsert(key, static_cast<uint32_t>(n->index()));
+    if (first == KeyTable::kAbsent) continue;
+    representative[n->index()] = graph.nodes()[first].get();
+    duplicates.push_back(DuplicateNode{n->index(), first});
   }
   return duplicates;
 }
 
-}  // namespace
-
-std::vector<Node*> FindCommonSubexpressions(const Graph& graph) {
-  ScopedPhase phase("find-common-subexpressions");
-  std::vector<Node*> result;
-  for (const auto& [duplicate, keep] : FindDuplicates(graph)) result.push_back(duplicate);
-  return result;
-}
-
-Expected<bool> EliminateCommonSubexpressions(Graph& graph) {
-  std::vector<std::pair<Node*, Node*>> duplicates = FindDuplicates(graph);
+Expected<bool> MergeCommonSubexpressions(Graph& graph, const std::vector<DuplicateNode>& duplicates) {
   std::vector<Node*> doomed;
-  for (const auto& [duplicate, keep] : duplicates) {
+  doomed.reserve(duplicates.size());
+  for (const DuplicateNode& d : duplicates) {
+    if (d.duplicate >= graph.size() || d.representative >= d.duplicate)
+      return Status::Internal(fmt::format("cse: duplicate {} of node {} is not a node after it", d.duplicate,
+                                          d.representative));
+    Node* duplicate = graph.nodes()[d.duplicate].get();
+    Node* keep = graph.nodes()[d.representative].get();
     graph.replaceAllUsesWith(duplicate, keep);
     // A name given to either copy names the one value that remains.
     for (const std::string& name : duplicate->meta().names)
@@ -161,6 +228,10 @@ Expected<bool> EliminateCommonSubexpressions(Graph& graph) {
   }
   graph.eraseNodes(doomed);
   return !duplicates.empty();
+}
+
+Expected<bool> EliminateCommonSubexpressions(Graph& graph) {
+  return MergeCommonSubexpressions(graph, FindCommonSubexpressions(graph));
 }
 
 }  // namespace fxremat

@@ -5,6 +5,8 @@
 #include "fxremat/ir.h"
 #include "fxremat/status.h"
 
+#include <vector>
+
 namespace fxremat {
 
 // Given:   %a = aten.sin(%x); %b = aten.sin(%x); %c = aten.add(%a, %b)
@@ -17,8 +19,20 @@ namespace fxremat {
 // metadata. Returns whether anything was merged.
 Expected<bool> EliminateCommonSubexpressions(Graph& graph);
 
-// The nodes EliminateCommonSubexpressions would remove, without changing the
-// graph (so callers can skip copying a graph that has none).
-std::vector<Node*> FindCommonSubexpressions(const Graph& graph);
+// A node EliminateCommonSubexpressions removes, and the earlier node that
+// takes its uses, by index in the graph they were found in.
+struct DuplicateNode {
+  size_t duplicate;
+  size_t representative;
+};
+
+// The merges EliminateCommonSubexpressions makes, in graph order, without
+// changing the graph (so callers can skip copying a graph that has none).
+std::vector<DuplicateNode> FindCommonSubexpressions(const Graph& graph);
+
+// Makes the merges FindCommonSubexpressions found on `graph`, or on a graph
+// `graph` is a clone of (CloneGraph keeps node indices), so that finding and
+// merging walk the graph once between them. Returns whether anything merged.
+Expected<bool> MergeCommonSubexpressions(Graph& graph, const std::vector<DuplicateNode>& duplicates);
 
 }  // namespace fxremat

@@ -16,10 +16,11 @@ std::vector<Node*> FindDeadCode(const Graph& graph) {
   for (const auto& up : graph.nodes()) live_users[up->index()] = up->users().size();
   std::vector<bool> dead(n, false);
   for (size_t i = n; i-- > 0;) {
+    if (live_users[i] != 0) continue;  // first: the impurity test looks the target up by text
     const Node& node = *graph.nodes()[i];
     const bool removable = (node.isCallFunction() && !IsFxImpure(node, /*impure_random=*/false)) ||
                            node.op() == OpKind::kGetAttr;
-    if (!removable || live_users[i] != 0) continue;
+    if (!removable) continue;
     dead[i] = true;
     for (const Node* input : node.inputs()) --live_users[input->index()];
   }

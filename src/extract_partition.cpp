@@ -2,6 +2,7 @@
 // values, the way the reference's _extract_fwd_bwd_modules does, and the
 // Signature that states every position (Note [AOTAutograd runtime contract]).
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 #include <cassert>
 
@@ -110,10 +111,18 @@ NodeSides ClassifySides(const Graph& joint) {
   sides.forward_only.assign(joint.size(), false);
   sides.backward_only.assign(joint.size(), false);
   sides.impure.assign(joint.size(), false);
+  // Impurity is a property of the target (its name and op facts): tested once
+  // per distinct target, found by the interned string's address, where the
+  // test itself hashes the target's text into two sets.
+  std::unordered_map<const std::string*, bool> impure_target;
   for (const auto& up : joint.nodes()) {
     sides.forward_only[up->index()] = MustBeInForward(*up);
     sides.backward_only[up->index()] = MustBeInBackward(*up);
-    sides.impure[up->index()] = up->isCallFunction() && IsImpure(*up);
+    if (up->isCallFunction()) {
+      auto [it, added] = impure_target.try_emplace(&up->target(), false);
+      if (added) it->second = IsImpure(*up);
+      sides.impure[up->index()] = it->second;
+    }
   }
   return sides;
 }
@@ -369,6 +378,9 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
     v.bytes = kind == SavedValue::Kind::kSymInt ? 0 : s->val().nbytes();
     sig.saved.push_back(std::move(v));
   };
+  // Reserved: a SavedValue is copied, not moved, when the vector grows (its
+  // ValueFacts member has no noexcept move), 111k of them at a million nodes.
+  sig.saved.reserve(sig.saved.size() + saved_tensors.size() + saved_syms.size());
   for (int64_t k = 0; k < num_tensors; ++k)
     add_saved(saved_tensors[static_cast<size_t>(k)], SavedValue::Kind::kTensor, num_fwd + k, num_syms + k);
   for (int64_t k = 0; k < num_syms; ++k)

@@ -48,7 +48,11 @@ Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutO
   // fxremat works on a copy, made only when one of those steps has something
   // to change.
   const bool has_dead = !FindDeadCode(joint).empty();
-  const bool has_duplicates = options.cse && (has_dead || !FindCommonSubexpressions(joint).empty());
+  // Found on the joint graph, the merges are made on its copy without a second
+  // search (a copy keeps node indices) unless dead-code elimination runs first.
+  std::vector<DuplicateNode> duplicates;
+  if (options.cse && !has_dead) duplicates = FindCommonSubexpressions(joint);
+  const bool has_duplicates = options.cse && (has_dead || !duplicates.empty());
   const bool has_forced = NeedsForcedSaves(joint);
   const bool has_mutations = HasForwardMutations(joint);
   bool has_demands = options.policy.has_value();
@@ -67,8 +71,15 @@ Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutO
   std::unique_ptr<Graph> g = CloneGraph(joint);
   PassOptions pass_options;
   pass_options.policy = options.policy ? &*options.policy : nullptr;
-  for (const auto& [pass, needed] : stages)
-    if (needed) FXREMAT_RETURN_IF_ERROR(RunGraphPass(pass, *g, pass_options).status());
+  for (const auto& [pass, needed] : stages) {
+    if (!needed) continue;
+    if (pass == "cse" && !has_dead) {
+      ScopedPhase cse_phase("cse");
+      FXREMAT_RETURN_IF_ERROR(MergeCommonSubexpressions(*g, duplicates).status());
+      continue;
+    }
+    FXREMAT_RETURN_IF_ERROR(RunGraphPass(pass, *g, pass_options).status());
+  }
   return g;
 }
 

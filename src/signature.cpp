@@ -1,6 +1,7 @@
 // The signature checker (every position the signature states is where the
 // graphs have it) and the signature's JSON form.
-#include <set>
+#include <algorithm>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -47,39 +48,52 @@ Status CheckSignature(const Graph& forward, const Graph& backward, const Signatu
                                             "per primal, then the tokens)",
                                             sig.primals.size(), backward_tokens, sig.backward_num_outputs));
 
-  std::set<int64_t> fw_in_used, fw_out_used, bw_in_used, bw_out_used;
-  auto claim = [](std::set<int64_t>& used, int64_t index, int64_t limit, const std::string& where) -> Status {
-    if (index < 0 || index >= limit) return Violation(where, fmt::format("index {} out of range [0, {})", index, limit));
-    if (!used.insert(index).second) return Violation(where, fmt::format("index {} is claimed twice", index));
+  // Which positions of each side are claimed; the messages (`where`) are built
+  // only for a violation: at a million nodes the signature lists 10^5 values.
+  struct Claims {
+    explicit Claims(int64_t size) : limit(size), used(static_cast<size_t>(std::max<int64_t>(size, 0)), 0) {}
+    int64_t limit;
+    std::vector<uint8_t> used;
+    int64_t count = 0;
+    bool has(size_t index) const { return index < used.size() && used[index]; }
+  };
+  Claims fw_in_used(sig.forward_num_inputs), fw_out_used(sig.forward_num_outputs),
+      bw_in_used(sig.backward_num_inputs), bw_out_used(sig.backward_num_outputs);
+  auto claim = [](Claims& claims, int64_t index, auto where) -> Status {
+    if (index < 0 || index >= claims.limit)
+      return Violation(where(), fmt::format("index {} out of range [0, {})", index, claims.limit));
+    if (claims.used[static_cast<size_t>(index)]) return Violation(where(), fmt::format("index {} is claimed twice", index));
+    claims.used[static_cast<size_t>(index)] = 1;
+    ++claims.count;
     return Status::Ok();
   };
 
   for (size_t i = 0; i < sig.primals.size(); ++i) {
     const PrimalEntry& p = sig.primals[i];
-    const std::string where = fmt::format("primals[{}] ({})", i, p.name);
-    FXREMAT_RETURN_IF_ERROR(claim(fw_in_used, p.forward_input_index, sig.forward_num_inputs, where + ".forward_input_index"));
+    auto where = [&] { return fmt::format("primals[{}] ({})", i, p.name); };
+    FXREMAT_RETURN_IF_ERROR(claim(fw_in_used, p.forward_input_index, [&] { return where() + ".forward_input_index"; }));
     const Node* node = fw_in[static_cast<size_t>(p.forward_input_index)];
     if (node->name() != p.name || node->role() != PlaceholderRole::kPrimal)
-      return Violation(where, fmt::format("declared at forward input {} but forward input {} is '{}' ({})",
+      return Violation(where(), fmt::format("declared at forward input {} but forward input {} is '{}' ({})",
                                           p.forward_input_index, p.forward_input_index, node->name(),
                                           PlaceholderRoleName(node->role())));
-    FXREMAT_RETURN_IF_ERROR(claim(bw_out_used, p.gradient_index, sig.backward_num_outputs, where + ".gradient_index"));
+    FXREMAT_RETURN_IF_ERROR(claim(bw_out_used, p.gradient_index, [&] { return where() + ".gradient_index"; }));
     const bool has = bw_out[static_cast<size_t>(p.gradient_index)] != nullptr;
     if (has != p.has_gradient)
-      return Violation(where, fmt::format("states has_gradient={} but backward output {} is {}", p.has_gradient,
+      return Violation(where(), fmt::format("states has_gradient={} but backward output {} is {}", p.has_gradient,
                                           p.gradient_index, has ? "a tensor" : "None"));
   }
   for (size_t i = 0; i < sig.forward_outputs.size(); ++i) {
     const ForwardOutputEntry& o = sig.forward_outputs[i];
-    const std::string where = fmt::format("forward_outputs[{}]", i);
+    auto where = [&] { return fmt::format("forward_outputs[{}]", i); };
     if (o.forward_output_index < 0 || o.forward_output_index >= sig.num_fwd_outputs)
-      return Violation(where, fmt::format("index {} is not a user output (there are {})", o.forward_output_index,
+      return Violation(where(), fmt::format("index {} is not a user output (there are {})", o.forward_output_index,
                                           sig.num_fwd_outputs));
-    FXREMAT_RETURN_IF_ERROR(claim(fw_out_used, o.forward_output_index, sig.forward_num_outputs, where));
+    FXREMAT_RETURN_IF_ERROR(claim(fw_out_used, o.forward_output_index, where));
     const Node* node = fw_out[static_cast<size_t>(o.forward_output_index)];
     const std::string actual = node ? node->name() : "";
     if (actual != o.name)
-      return Violation(where, fmt::format("names '{}' but forward output {} is '{}'", o.name, o.forward_output_index,
+      return Violation(where(), fmt::format("names '{}' but forward output {} is '{}'", o.name, o.forward_output_index,
                                           node ? actual : "None"));
   }
   // Saved values: tensors occupy a contiguous block, then symints
@@ -89,75 +103,75 @@ Status CheckSignature(const Graph& forward, const Graph& backward, const Signatu
   const int64_t num_tensors = static_cast<int64_t>(sig.saved.size()) - num_syms;
   for (size_t i = 0; i < sig.saved.size(); ++i) {
     const SavedValue& s = sig.saved[i];
-    const std::string where = fmt::format("saved[{}] ({})", i, s.name);
+    auto where = [&] { return fmt::format("saved[{}] ({})", i, s.name); };
     const bool is_sym = s.kind == SavedValue::Kind::kSymInt;
-    FXREMAT_RETURN_IF_ERROR(claim(fw_out_used, s.forward_output_index, sig.forward_num_outputs, where + ".forward_output_index"));
-    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, s.backward_input_index, sig.backward_num_inputs, where + ".backward_input_index"));
+    FXREMAT_RETURN_IF_ERROR(claim(fw_out_used, s.forward_output_index, [&] { return where() + ".forward_output_index"; }));
+    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, s.backward_input_index, [&] { return where() + ".backward_input_index"; }));
     const int64_t fw_lo = sig.num_fwd_outputs + (is_sym ? num_tensors : 0);
     const int64_t fw_hi = fw_lo + (is_sym ? num_syms : num_tensors);
     if (s.forward_output_index < fw_lo || s.forward_output_index >= fw_hi)
-      return Violation(where, fmt::format("a saved {} must be a forward output in [{}, {}), not {}",
+      return Violation(where(), fmt::format("a saved {} must be a forward output in [{}, {}), not {}",
                                           is_sym ? "symint" : "tensor", fw_lo, fw_hi, s.forward_output_index));
     const int64_t bw_lo = is_sym ? 0 : num_syms;
     const int64_t bw_hi = bw_lo + (is_sym ? num_syms : num_tensors);
     if (s.backward_input_index < bw_lo || s.backward_input_index >= bw_hi)
-      return Violation(where, fmt::format("a saved {} must be a backward input in [{}, {}), not {}",
+      return Violation(where(), fmt::format("a saved {} must be a backward input in [{}, {}), not {}",
                                           is_sym ? "symint" : "tensor", bw_lo, bw_hi, s.backward_input_index));
     const Node* produced = fw_out[static_cast<size_t>(s.forward_output_index)];
     if (!produced || produced->name() != s.graphName())
-      return Violation(where, fmt::format("declared at forward output {} but forward output {} is '{}'",
+      return Violation(where(), fmt::format("declared at forward output {} but forward output {} is '{}'",
                                           s.forward_output_index, s.forward_output_index,
                                           produced ? produced->name() : "None"));
     const Node* consumed = bw_in[static_cast<size_t>(s.backward_input_index)];
     if (consumed->name() != s.graphName() || consumed->role() != PlaceholderRole::kSaved)
-      return Violation(where, fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
+      return Violation(where(), fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
                                           s.backward_input_index, s.backward_input_index, consumed->name(),
                                           PlaceholderRoleName(consumed->role())));
     if (!(produced->val() == consumed->val()))
-      return Violation(where, "the forward produces different value facts than the backward expects");
+      return Violation(where(), "the forward produces different value facts than the backward expects");
     if (s.facts.is_tensor() && (!produced->val().is_tensor() ||
                                 produced->val().tensor.dtype != s.facts.tensor.dtype ||
                                 produced->val().tensor.shape != s.facts.tensor.shape))
-      return Violation(where, fmt::format("states {} but the value is {}", FormatValueFacts(s.facts),
+      return Violation(where(), fmt::format("states {} but the value is {}", FormatValueFacts(s.facts),
                                           FormatValueFacts(produced->val())));
     if (is_sym != (produced->val().is_sym() || produced->val().kind == ValueFacts::Kind::kConst))
-      return Violation(where, fmt::format("kind '{}' does not match the value", is_sym ? "symint" : "tensor"));
+      return Violation(where(), fmt::format("kind '{}' does not match the value", is_sym ? "symint" : "tensor"));
   }
   for (size_t i = 0; i < sig.tangents.size(); ++i) {
     const TangentEntry& t = sig.tangents[i];
-    const std::string where = fmt::format("tangents[{}] ({})", i, t.name);
-    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, t.backward_input_index, sig.backward_num_inputs, where + ".backward_input_index"));
+    auto where = [&] { return fmt::format("tangents[{}] ({})", i, t.name); };
+    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, t.backward_input_index, [&] { return where() + ".backward_input_index"; }));
     const Node* node = bw_in[static_cast<size_t>(t.backward_input_index)];
     if (node->name() != t.name || node->role() != PlaceholderRole::kTangent)
-      return Violation(where, fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
+      return Violation(where(), fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
                                           t.backward_input_index, t.backward_input_index, node->name(),
                                           PlaceholderRoleName(node->role())));
     if (t.forward_output_index != -1 &&  // -1: a backward effect token
         (t.forward_output_index < 0 || t.forward_output_index >= sig.num_fwd_outputs))
-      return Violation(where, fmt::format("belongs to forward output {}, which is not a user output",
+      return Violation(where(), fmt::format("belongs to forward output {}, which is not a user output",
                                           t.forward_output_index));
   }
   for (size_t i = 0; i < sig.opaque_inputs.size(); ++i) {
     const OpaqueInputEntry& o = sig.opaque_inputs[i];
-    const std::string where = fmt::format("opaque_inputs[{}] ({})", i, o.name);
-    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, o.backward_input_index, sig.backward_num_inputs, where + ".backward_input_index"));
+    auto where = [&] { return fmt::format("opaque_inputs[{}] ({})", i, o.name); };
+    FXREMAT_RETURN_IF_ERROR(claim(bw_in_used, o.backward_input_index, [&] { return where() + ".backward_input_index"; }));
     const Node* node = bw_in[static_cast<size_t>(o.backward_input_index)];
     if (node->name() != o.name || node->val().kind != ValueFacts::Kind::kOpaque)
-      return Violation(where, fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
+      return Violation(where(), fmt::format("declared at backward input {} but backward input {} is '{}' ({})",
                                           o.backward_input_index, o.backward_input_index, node->name(),
                                           FormatValueFacts(node->val())));
     if (o.forward_input_index < 0 || o.forward_input_index >= sig.forward_num_inputs ||
         fw_in[static_cast<size_t>(o.forward_input_index)]->name() != o.name)
-      return Violation(where, fmt::format("forward input {} is not '{}'", o.forward_input_index, o.name));
+      return Violation(where(), fmt::format("forward input {} is not '{}'", o.forward_input_index, o.name));
   }
   // Every placeholder and output position is accounted for, except RNG inputs.
   for (size_t i = 0; i < fw_in.size(); ++i)
-    if (!fw_in_used.count(static_cast<int64_t>(i)) && fw_in[i]->role() != PlaceholderRole::kFwdRng)
+    if (!fw_in_used.has(i) && fw_in[i]->role() != PlaceholderRole::kFwdRng)
       return Violation("forward", fmt::format("forward input {} ('{}') is not described", i, fw_in[i]->name()));
   for (size_t i = 0; i < bw_in.size(); ++i)
-    if (!bw_in_used.count(static_cast<int64_t>(i)) && bw_in[i]->role() != PlaceholderRole::kBwdRng)
+    if (!bw_in_used.has(i) && bw_in[i]->role() != PlaceholderRole::kBwdRng)
       return Violation("backward", fmt::format("backward input {} ('{}') is not described", i, bw_in[i]->name()));
-  if (static_cast<int64_t>(fw_out_used.size()) != sig.forward_num_outputs)
+  if (fw_out_used.count != sig.forward_num_outputs)
     return Violation("forward", "some forward outputs are not described");
   return Status::Ok();
 }

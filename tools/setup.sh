@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang + libclang-rt-14-dev: the libFuzzer target (`make fuzz`, run by .ci/run).
-# libsimdjson-dev: the JSON graph reader (src/json_io.cpp); coinor-libcbc-dev and
+# libsimdjson-dev: the JSON graph reader (src/json_io.cpp); libdeflate-dev: its .gz
+# reading; coinor-libcbc-dev and
 # pkg-config: the budget solver's optional MILP candidate (src/binary_program.h).
-APT_PACKAGES=(nlohmann-json3-dev libsimdjson-dev libcli11-dev libfmt-dev catch2 zlib1g-dev libboost-graph-dev coinor-libcbc-dev pkg-config clang libclang-rt-14-dev)
+APT_PACKAGES=(nlohmann-json3-dev libsimdjson-dev libdeflate-dev libcli11-dev libfmt-dev catch2 zlib1g-dev libboost-graph-dev coinor-libcbc-dev pkg-config clang libclang-rt-14-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
