@@ -455,11 +455,14 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
         add("Where the CLI's time goes, by phase (medians, from `FXREMAT_PHASES=1 fxremat partition ...`, which")
         add("times each phase with `fxremat/phases.h`). Phases nest: **prepare** includes the `find-*` / `has-*`")
         add("checks and any preparation passes, **cut** includes classify, solve, extract and check-signature;")
-        add("**destroy-graph** is freeing the joint graph and the two emitted ones; the rest is process")
-        add("start-up, printing the summary and untimed glue.")
+        add("**simulate-peak** is the step-peak simulation the signature reports; **destroy-graph** is freeing")
+        add("the joint graph (the CLI leaves the emitted ones to the process's exit); **write-graph** is")
+        add("`forward.json` and `backward.json`, **write-signature** `signature.json`; the rest is process")
+        add("start-up, the other passes and untimed glue.")
         add("")
-        cols = ["read-file", "parse-json", "build-graph", "prepare", "find-common-subexpressions", "cut", "classify",
-                "solve-min-cut", "extract", "check-signature", "reorder-backward", "destroy-graph", "write-graph"]
+        cols = ["read-file", "parse-json", "build-graph", "verify-graph", "prepare", "find-common-subexpressions",
+                "cut", "classify", "solve-min-cut", "extract", "check-signature", "reorder-backward",
+                "simulate-peak", "destroy-graph", "write-graph", "write-signature", "print-summary"]
         add("| graph | " + " | ".join(cols) + " | CLI total |")
         add("|---|" + "---:|" * (len(cols) + 1))
         for r in phase_rows:

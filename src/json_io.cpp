@@ -37,6 +37,7 @@
 #include "src/constants_io.h"
 #include "src/facts_check.h"
 #include "src/json_internal.h"
+#include "src/json_stream_writer.h"
 
 namespace fxremat {
 
@@ -1348,127 +1349,6 @@ ojson ArgumentToJson(const Argument& a) {
   }
   return nullptr;
 }
-
-// Note [Streaming writer]: the graph is written as text directly, in the
-// format and byte for byte as nlohmann's `GraphToJsonDocument(graph).dump(1)`
-// (one space of indent per level, `"key": value`, `[]`/`{}` when empty), without
-// building a document first. Text goes to `out_`; a sink, when given, takes it
-// whenever more than kFlushBytes are pending (a gzip stream, a file), so that
-// writing a large graph holds one buffer, not the whole file. The rare values
-// whose printing nlohmann decides (floats, non-ASCII strings, `const` values)
-// are printed by nlohmann itself.
-class JsonStreamWriter {
- public:
-  static constexpr size_t kFlushBytes = 1 << 20;
-  using Sink = std::function<bool(std::string_view)>;
-  explicit JsonStreamWriter(Sink sink = nullptr) : sink_(std::move(sink)) {}
-
-  void BeginObject() { Open('{'); }
-  void EndObject() { Close('}'); }
-  void BeginArray() { Open('['); }
-  void EndArray() { Close(']'); }
-  void Key(std::string_view key) {
-    Element();
-    WriteString(key);
-    out_ += ": ";
-    after_key_ = true;
-  }
-  void String(std::string_view s) { Element(); WriteString(s); }
-  void Int(int64_t v) {
-    Element();
-    char buffer[24];
-    auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), v);
-    out_.append(buffer, end);
-  }
-  void Bool(bool v) { Element(); out_ += v ? "true" : "false"; }
-  void Null() { Element(); out_ += "null"; }
-  void Double(double v) { Element(); out_ += ojson(v).dump(); }
-  // A value nlohmann prints (pretty, indent 1), placed at the current level.
-  void Raw(const ojson& value) {
-    Element();
-    const std::string text = value.dump(1);
-    const std::string indent(open_.size(), ' ');
-    for (char c : text) {
-      out_ += c;
-      if (c == '\n') out_ += indent;
-    }
-  }
-  void StringArray(const std::vector<std::string>& items) {
-    BeginArray();
-    for (const std::string& s : items) String(s);
-    EndArray();
-  }
-  // Hands pending text to the sink (all of it when `all`); false if it failed.
-  bool Flush(bool all) {
-    if (!sink_ || (!all && out_.size() < kFlushBytes)) return ok_;
-    if (ok_ && !out_.empty()) ok_ = sink_(out_);
-    out_.clear();
-    return ok_;
-  }
-  std::string& text() { return out_; }
-
- private:
-  // Before a value: the separator and indent of its container, unless it
-  // follows its key.
-  void Element() {
-    if (after_key_) {
-      after_key_ = false;
-      return;
-    }
-    if (open_.empty()) return;
-    out_ += open_.back() ? "\n" : ",\n";
-    open_.back() = false;
-    out_.append(open_.size(), ' ');
-  }
-  void Open(char bracket) {
-    Element();
-    out_ += bracket;
-    open_.push_back(true);
-  }
-  void Close(char bracket) {
-    const bool empty = open_.back();
-    open_.pop_back();
-    if (!empty) {
-      out_ += '\n';
-      out_.append(open_.size(), ' ');
-    }
-    out_ += bracket;
-  }
-  void WriteString(std::string_view s) {
-    for (unsigned char c : s) {
-      if (c >= 0x80) {  // nlohmann checks and prints UTF-8 (and throws on bad UTF-8, as before)
-        out_ += ojson(std::string(s)).dump();
-        return;
-      }
-    }
-    out_ += '"';
-    size_t run = 0;  // start of the pending run of characters that need no escape
-    for (size_t i = 0; i < s.size(); ++i) {
-      const unsigned char c = static_cast<unsigned char>(s[i]);
-      if (c >= 0x20 && c != '"' && c != '\\') continue;
-      out_.append(s.data() + run, i - run);
-      run = i + 1;
-      switch (c) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\b': out_ += "\\b"; break;
-        case '\t': out_ += "\\t"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\f': out_ += "\\f"; break;
-        case '\r': out_ += "\\r"; break;
-        default: out_ += fmt::format("\\u{:04x}", static_cast<unsigned>(c)); break;
-      }
-    }
-    out_.append(s.data() + run, s.size() - run);
-    out_ += '"';
-  }
-
-  Sink sink_;
-  std::string out_;
-  std::vector<bool> open_;  // per open container: no element yet
-  bool after_key_ = false;
-  bool ok_ = true;
-};
 
 void WriteDim(JsonStreamWriter& w, const Dim& d) {
   if (d.is_static()) return w.Int(d.hint);

@@ -127,6 +127,7 @@ bool RandomOpSavedAsDrawn(Partition& p, const Node& op, const SavedValue& v) {
 // solver's winning candidate, e.g. "segments of <= 4096 B + local search",
 // which CutPreparedGraph leaves in SavedValue::rule for this function).
 void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& partitioner_rule) {
+  ScopedPhase phase("assign-saved-value-rules");
   std::vector<bool> is_forward_output(g.size(), false);
   const std::vector<Node*> outputs = g.outputValues();
   for (size_t i = 0; i < outputs.size() && i < static_cast<size_t>(p.signature.num_fwd_outputs); ++i)
@@ -244,7 +245,11 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   FXREMAT_RETURN_IF_ERROR(RunPartitionPass("emit-offload", p, pass_options).status());
   if (request.barrier) FXREMAT_RETURN_IF_ERROR(RunPartitionPass("insert-barriers", p, pass_options).status());
   // 8. What the step's peak will be (Note [Peak model]).
-  FXREMAT_ASSIGN_OR_RETURN(PeakEstimate peak, SimulatePeak(p, request.mincut.peak_model));
+  Expected<PeakEstimate> simulated = [&] {
+    ScopedPhase phase("simulate-peak");
+    return SimulatePeak(p, request.mincut.peak_model);
+  }();
+  FXREMAT_ASSIGN_OR_RETURN(PeakEstimate peak, std::move(simulated));
   PeakSummary summary;
   if (p.signature.peak) summary.budget_bytes = p.signature.peak->budget_bytes;
   // Note [Peak budget]: never over budget, checked on what is emitted.

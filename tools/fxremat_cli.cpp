@@ -348,7 +348,10 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
         {"forward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.forward); }},
         {"backward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.backward); }},
         {"signature.json",
-         [&](const std::string& file) { return WriteFileAtomically(file, SignatureToJson(p.signature)); }},
+         [&](const std::string& file) {
+           ScopedPhase phase("write-signature");
+           return WriteFileAtomically(file, SignatureToJson(p.signature));
+         }},
     };
     Status st = WriteAllOrNothing(out_dir, files);
     if (!st.ok()) return Fail(st);

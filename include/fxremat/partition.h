@@ -181,6 +181,10 @@ struct ExtractOptions {
   // in the new graphs' tables, and the signature check is left to the
   // extraction of the partition that is kept (RunPartition extracts it again).
   bool scratch = false;
+  // Joint graphs of at least this many nodes build the forward and the backward
+  // on two threads (Note [Extracting both sides at once] in
+  // src/extract_partition.cpp); the output is the same either way.
+  size_t parallel_from_nodes = 20000;
 };
 // The same with the joint graph's classification already made (ClassifyJoint of
 // `joint`): the budget solver extracts hundreds of candidates from one graph.

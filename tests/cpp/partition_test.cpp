@@ -7,6 +7,9 @@
 #include "fxremat/partition.h"
 #include "fxremat/serialize.h"
 #include "passes/default_partition.h"
+#include "passes/min_cut_partition.h"
+
+#include <limits>
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -66,4 +69,42 @@ TEST_CASE("the signature checker catches a deliberately swapped index") {
     std::swap(sig.tangents[0].backward_input_index, sig.saved.back().backward_input_index);
     REQUIRE_FALSE(CheckSignature(*p->forward, *p->backward, sig).ok());
   }
+}
+
+// Note [Extracting both sides at once]: building the forward and the backward
+// on two threads emits what building them in turn does, on the saved sets of
+// both partitioners (the random programs included).
+TEST_CASE("two-thread extraction emits the same partition as one thread") {
+  std::vector<std::string> files = TestdataFiles();
+  for (const auto& e : fs::directory_iterator(fs::path(FXREMAT_SOURCE_DIR) / "testdata" / "random"))
+    if (e.path().string().find(".json") != std::string::npos) files.push_back(e.path().string());
+  int compared = 0;
+  for (const std::string& file : files) {
+    INFO(file);
+    auto joint = LoadGraphFile(file);
+    REQUIRE(joint.ok());
+    if ((*joint)->kind() != GraphKind::kJoint) continue;
+    auto c = ClassifyJoint(**joint);
+    if (!c.ok()) continue;
+    std::vector<std::vector<Node*>> saved_sets;
+    if (auto saved = ChooseDefaultSavedValues(**joint); saved.ok()) saved_sets.push_back(*saved);
+    if (auto cut = SolveMinCut(**joint, *c, MinCutOptions{}); cut.ok()) saved_sets.push_back(cut->saved_values);
+    for (const std::vector<Node*>& saved : saved_sets) {
+      ExtractOptions one_thread, two_threads;
+      one_thread.parallel_from_nodes = std::numeric_limits<size_t>::max();
+      two_threads.parallel_from_nodes = 0;
+      auto a = ExtractPartition(**joint, *c, saved, "mincut", one_thread);
+      auto b = ExtractPartition(**joint, *c, saved, "mincut", two_threads);
+      REQUIRE(a.ok() == b.ok());
+      if (!a.ok()) {
+        CHECK(a.status().ToString() == b.status().ToString());
+        continue;
+      }
+      CHECK(GraphToJson(*a->forward) == GraphToJson(*b->forward));
+      CHECK(GraphToJson(*a->backward) == GraphToJson(*b->backward));
+      CHECK(SignatureToJson(a->signature) == SignatureToJson(b->signature));
+      ++compared;
+    }
+  }
+  CHECK(compared >= 40);
 }

@@ -4,6 +4,12 @@
 
 #include <filesystem>
 
+#include <unistd.h>
+#include <zlib.h>
+
+#include <fmt/format.h>
+
+#include "fxremat/pipeline.h"
 #include "fxremat/policy.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
@@ -220,4 +226,135 @@ TEST_CASE("Note [Stack-trace table]: each distinct trace is written once, nodes 
   refused = GraphFromJson(bad.dump());
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().where() == "/stack_traces/1");
+}
+
+// Note [Streaming writer]: SignatureToJson streams the text that
+// SignatureToJsonDocument(sig).dump(2) prints, byte for byte.
+TEST_CASE("the streamed signature is byte for byte the document's dump") {
+  auto check = [](const Signature& sig) { CHECK(SignatureToJson(sig) == SignatureToJsonDocument(sig).dump(2) + "\n"); };
+  // Every field, the optional ones set and unset, names shared between saved
+  // values, a symbolic dim, a non-ASCII name and empty lists and objects.
+  Signature sig;
+  check(sig);
+  sig.partitioner = "mincut";
+  sig.forward_num_inputs = 2;
+  sig.forward_num_outputs = 4;
+  sig.backward_num_inputs = 4;
+  sig.backward_num_outputs = 2;
+  sig.num_fwd_outputs = 1;
+  sig.primals = {{"primals_1", 0, "params['w']", 0, true, std::nullopt}, {"primals_2", 1, "", 1, false, 3}};
+  sig.forward_outputs = {{0, "out", std::string("[0]")}, {1, "", std::nullopt}};
+  SavedValue a;
+  a.name = "mm";
+  a.facts.kind = ValueFacts::Kind::kTensor;
+  a.facts.tensor.dtype = DType::kBFloat16;
+  a.facts.tensor.shape = {Dim::Static(4), Dim{8, "s0"}};
+  a.names = {"attn", "qk\xc3\xa9"};  // "qké"
+  a.annotation = "attn";
+  a.decision = "MUST_SAVE";
+  a.rule = "policy MUST_SAVE";
+  a.origin_op = "aten.mm.default";
+  a.origin_location = "model.py:3 (forward)";
+  a.forward_output_index = 1;
+  a.backward_input_index = 1;
+  a.bytes = 64;
+  a.no_vc_check = true;
+  SavedValue b;
+  b.name = "sym_size";
+  b.kind = SavedValue::Kind::kSymInt;
+  b.facts.kind = ValueFacts::Kind::kSymInt;
+  b.facts.expr = "s0";
+  b.names = {"attn", "other"};  // "attn" maps to the first value that has it
+  b.offloaded = true;
+  b.forward_output_index = 2;
+  b.backward_input_index = 0;
+  SavedValue c;
+  c.name = "flag";
+  c.kind = SavedValue::Kind::kSymInt;
+  c.facts.kind = ValueFacts::Kind::kConst;
+  c.annotation = "only_annotation";
+  sig.saved = {a, b, c};
+  sig.tangents = {{"tangents_1", 3, 0}, {"token", 2, -1}};
+  check(sig);
+  sig.opaque_inputs = {{"primals_3", 2, 3, "BackwardState"}};
+  sig.notes = {"a note", "another \"quoted\" note\n"};
+  sig.peak = PeakSummary{1024, "mm", "forward", 512, std::nullopt};
+  check(sig);
+  sig.peak->budget_bytes = 2048;
+  sig.peak->node = "";
+  check(sig);
+  // And what the pipeline writes for every testdata graph, both partitioners.
+  for (const std::string& file : TestdataFiles()) {
+    auto graph = LoadGraphFile(file);
+    REQUIRE(graph.ok());
+    if ((*graph)->kind() != GraphKind::kJoint) continue;
+    for (const char* partitioner : {"mincut", "default"}) {
+      INFO(file << " " << partitioner);
+      PartitionRequest request;
+      request.partitioner = partitioner;
+      auto p = RunPartition(**graph, request);
+      if (!p.ok()) continue;  // graphs made to be refused
+      check(p->signature);
+    }
+  }
+}
+
+// ReadFileContents inflates a .gz in one libdeflate call when it can, and
+// reads with zlib what that call refuses (Note in src/json_io.cpp): several
+// gzip members, data after the stream, a truncated stream. Each gives what
+// zlib alone gives.
+TEST_CASE("gzip files: several members, trailing bytes and truncation read as zlib reads them") {
+  const std::string source = std::string(FXREMAT_SOURCE_DIR) + "/testdata/carry_x.json.gz";
+  auto text = ReadFileContents(source);
+  REQUIRE(text.ok());
+  auto expected = LoadGraphFile(source);
+  REQUIRE(expected.ok());
+  const fs::path dir = fs::temp_directory_path() / fmt::format("fxremat_gzip_test_{}", ::getpid());
+  fs::create_directories(dir);
+  auto gzip = [&](const std::string& name, const std::vector<std::string_view>& members, std::string_view tail) {
+    const std::string path = (dir / name).string();
+    for (size_t k = 0; k < members.size(); ++k) {
+      gzFile f = gzopen(path.c_str(), k == 0 ? "wb" : "ab");  // "ab" appends a new member
+      REQUIRE(f != nullptr);
+      REQUIRE(gzwrite(f, members[k].data(), static_cast<unsigned>(members[k].size())) == static_cast<int>(members[k].size()));
+      REQUIRE(gzclose(f) == Z_OK);
+    }
+    if (!tail.empty()) {
+      std::FILE* f = std::fopen(path.c_str(), "ab");
+      std::fwrite(tail.data(), 1, tail.size(), f);
+      std::fclose(f);
+    }
+    return path;
+  };
+  const std::string_view all(*text);
+  const std::string one = gzip("one.json.gz", {all}, "");
+  const std::string two = gzip("two.json.gz", {all.substr(0, all.size() / 2), all.substr(all.size() / 2)}, "");
+  const std::string tail = gzip("tail.json.gz", {all}, "not gzip");
+  for (const std::string& path : {one, two, tail}) {
+    INFO(path);
+    auto read = ReadFileContents(path);
+    REQUIRE(read.ok());
+    CHECK(*read == *text);
+    auto g = LoadGraphFile(path);
+    REQUIRE(g.ok());
+    CHECK(GraphToJson(**g) == GraphToJson(**expected));
+  }
+  // Truncated: the last 10 bytes (part of the trailer) cut off.
+  std::string bytes;
+  {
+    std::FILE* f = std::fopen(one.c_str(), "rb");
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) bytes.append(buffer, n);
+    std::fclose(f);
+  }
+  const std::string cut = (dir / "cut.json.gz").string();
+  {
+    std::FILE* f = std::fopen(cut.c_str(), "wb");
+    std::fwrite(bytes.data(), 1, bytes.size() - 10, f);
+    std::fclose(f);
+  }
+  auto truncated = ReadFileContents(cut);
+  REQUIRE_FALSE(truncated.ok());
+  CHECK_THAT(truncated.status().ToString(), Catch::Contains("truncated compressed file") && Catch::Contains(cut));
+  fs::remove_all(dir);
 }
