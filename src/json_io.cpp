@@ -1658,7 +1658,7 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
 bool WriteGraphJson(JsonStreamWriter& w, const Graph& graph, const std::string& sidecar_name,
                     std::map<std::string, SafetensorsEntry>* sidecar) {
   if (!WriteGraphObject(w, graph, /*nested=*/false, sidecar_name, sidecar)) return false;
-  w.text() += '\n';
+  w.AppendText("\n");
   return w.Flush(/*all=*/true);
 }
 
@@ -1881,7 +1881,7 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph) { return GraphToJ
 std::string GraphToJsonBrief(const Graph& graph, const std::function<bool(const Node&)>& brief) {
   JsonStreamWriter writer;
   WriteGraphObject(writer, graph, /*nested=*/false, "", nullptr, &brief);
-  writer.text() += '\n';
+  writer.AppendText("\n");
   writer.Flush(/*all=*/true);
   return std::move(writer.text());
 }

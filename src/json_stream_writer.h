@@ -4,7 +4,9 @@
 // signature writer (signature.cpp).
 #pragma once
 
+#include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -39,7 +41,7 @@ class JsonStreamWriter {
   void Key(std::string_view key) {
     Element();
     WriteString(key);
-    out_ += ": ";
+    Append(": ", 2);
     after_key_ = true;
   }
   void String(std::string_view s) { Element(); WriteString(s); }
@@ -47,19 +49,23 @@ class JsonStreamWriter {
     Element();
     char buffer[24];
     auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), v);
-    out_.append(buffer, end);
+    Append(buffer, static_cast<size_t>(end - buffer));
   }
-  void Bool(bool v) { Element(); out_ += v ? "true" : "false"; }
-  void Null() { Element(); out_ += "null"; }
-  void Double(double v) { Element(); out_ += nlohmann::ordered_json(v).dump(); }
+  void Bool(bool v) {
+    Element();
+    if (v) Append("true", 4);
+    else Append("false", 5);
+  }
+  void Null() { Element(); Append("null", 4); }
+  void Double(double v) { Element(); Append(nlohmann::ordered_json(v).dump()); }
   // A value nlohmann prints (pretty, at this writer's indent), placed at the current level.
   void Raw(const nlohmann::ordered_json& value) {
     Element();
     const std::string text = value.dump(indent_);
-    const std::string indent(open_.size() * static_cast<size_t>(indent_), ' ');
+    const size_t indent = open_.size() * static_cast<size_t>(indent_);
     for (char c : text) {
-      out_ += c;
-      if (c == '\n') out_ += indent;
+      Append(c);
+      if (c == '\n') Spaces(indent);
     }
   }
   void StringArray(const std::vector<std::string>& items) {
@@ -69,14 +75,41 @@ class JsonStreamWriter {
   }
   // Hands pending text to the sink (all of it when `all`); false if it failed.
   bool Flush(bool all) {
-    if (!sink_ || (!all && out_.size() < kFlushBytes)) return ok_;
-    if (ok_ && !out_.empty()) ok_ = sink_(out_);
-    out_.clear();
+    if (!sink_ || (!all && used_ < kFlushBytes)) return ok_;
+    if (ok_ && used_ > 0) ok_ = sink_(std::string_view(out_.data(), used_));
+    used_ = 0;
     return ok_;
   }
-  std::string& text() { return out_; }
+  // Text placed as it is (a document's final newline).
+  void AppendText(std::string_view text) { Append(text); }
+  // The text written so far (without a sink: all of it), for the caller to
+  // move away once the document is complete.
+  std::string& text() {
+    out_.resize(used_);
+    return out_;
+  }
 
  private:
+  // The text is built in out_'s first used_ bytes; out_ itself is sized ahead
+  // (zero-filled once per growth) so that an append is a bounds check and a
+  // copy. std::string's own appends cost a length check, a capacity check and
+  // often a strlen each, a third of the writer's time at a million nodes.
+  void Grow(size_t n) { out_.resize(std::max(out_.size() * 2, used_ + n + 4096)); }
+  void Append(const char* p, size_t n) {
+    if (out_.size() - used_ < n) Grow(n);
+    std::memcpy(out_.data() + used_, p, n);
+    used_ += n;
+  }
+  void Append(std::string_view s) { Append(s.data(), s.size()); }
+  void Append(char c) {
+    if (used_ == out_.size()) Grow(1);
+    out_[used_++] = c;
+  }
+  void Spaces(size_t n) {
+    if (out_.size() - used_ < n) Grow(n);
+    std::memset(out_.data() + used_, ' ', n);
+    used_ += n;
+  }
   // Before a value: the separator and indent of its container, unless it
   // follows its key.
   void Element() {
@@ -85,60 +118,88 @@ class JsonStreamWriter {
       return;
     }
     if (open_.empty()) return;
-    out_ += open_.back() ? "\n" : ",\n";
-    open_.back() = false;
-    out_.append(open_.size() * static_cast<size_t>(indent_), ' ');
+    if (open_.back()) Append('\n');
+    else Append(",\n", 2);
+    open_.back() = 0;
+    Spaces(open_.size() * static_cast<size_t>(indent_));
   }
   void Open(char bracket) {
     Element();
-    out_ += bracket;
-    open_.push_back(true);
+    Append(bracket);
+    open_.push_back(1);
   }
   void Close(char bracket) {
     const bool empty = open_.back();
     open_.pop_back();
     if (!empty) {
-      out_ += '\n';
-      out_.append(open_.size() * static_cast<size_t>(indent_), ' ');
+      Append('\n');
+      Spaces(open_.size() * static_cast<size_t>(indent_));
     }
-    out_ += bracket;
+    Append(bracket);
+  }
+  // Printable ASCII other than '"' and '\\': copied as it is.
+  static bool Plain(unsigned char c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
+  // Whether every byte is Plain, tested eight at a time: a byte >= 0x80 sets
+  // its high bit; below 0x20, equal to '"' or to '\\' are found with the
+  // "has a byte less than n" word test (exact for bytes below 0x80).
+  static bool AllPlain(std::string_view s) {
+    constexpr uint64_t kOnes = 0x0101010101010101ULL, kHighs = 0x8080808080808080ULL;
+    auto has_less = [](uint64_t x, uint64_t n) { return (x - kOnes * n) & ~x & kHighs; };
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t x;
+      std::memcpy(&x, s.data() + i, sizeof(x));
+      if ((x & kHighs) | has_less(x, 0x20) | has_less(x ^ (kOnes * '"'), 1) | has_less(x ^ (kOnes * '\\'), 1))
+        return false;
+    }
+    for (; i < s.size(); ++i)
+      if (!Plain(static_cast<unsigned char>(s[i]))) return false;
+    return true;
   }
   void WriteString(std::string_view s) {
+    if (AllPlain(s)) {  // the usual case: one copy between the quotes
+      if (out_.size() - used_ < s.size() + 2) Grow(s.size() + 2);
+      out_[used_++] = '"';
+      std::memcpy(out_.data() + used_, s.data(), s.size());
+      used_ += s.size();
+      out_[used_++] = '"';
+      return;
+    }
     for (unsigned char c : s) {
       if (c >= 0x80) {  // nlohmann checks and prints UTF-8 (and throws on bad UTF-8, as before)
-        out_ += nlohmann::ordered_json(std::string(s)).dump();
+        Append(nlohmann::ordered_json(std::string(s)).dump());
         return;
       }
     }
-    out_ += '"';
+    Append('"');
     size_t run = 0;  // start of the pending run of characters that need no escape
     for (size_t i = 0; i < s.size(); ++i) {
       const unsigned char c = static_cast<unsigned char>(s[i]);
       if (c >= 0x20 && c != '"' && c != '\\') continue;
-      out_.append(s.data() + run, i - run);
+      Append(s.data() + run, i - run);
       run = i + 1;
       switch (c) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\b': out_ += "\\b"; break;
-        case '\t': out_ += "\\t"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\f': out_ += "\\f"; break;
-        case '\r': out_ += "\\r"; break;
-        default: out_ += fmt::format("\\u{:04x}", static_cast<unsigned>(c)); break;
+        case '"': Append("\\\"", 2); break;
+        case '\\': Append("\\\\", 2); break;
+        case '\b': Append("\\b", 2); break;
+        case '\t': Append("\\t", 2); break;
+        case '\n': Append("\\n", 2); break;
+        case '\f': Append("\\f", 2); break;
+        case '\r': Append("\\r", 2); break;
+        default: Append(fmt::format("\\u{:04x}", static_cast<unsigned>(c))); break;
       }
     }
-    out_.append(s.data() + run, s.size() - run);
-    out_ += '"';
+    Append(s.data() + run, s.size() - run);
+    Append('"');
   }
 
   Sink sink_;
   int indent_;
-  std::string out_;
-  std::vector<bool> open_;  // per open container: no element yet
+  std::string out_;  // the text is its first used_ bytes
+  size_t used_ = 0;
+  std::vector<uint8_t> open_;  // per open container: 1 while it has no element yet
   bool after_key_ = false;
   bool ok_ = true;
 };
-
 
 }  // namespace fxremat

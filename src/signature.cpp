@@ -352,7 +352,7 @@ std::string SignatureToJson(const Signature& sig) {
     w.EndObject();
   }
   w.EndObject();
-  w.text() += '\n';
+  w.AppendText("\n");
   return std::move(w.text());
 }
 

@@ -283,6 +283,15 @@ TEST_CASE("the streamed signature is byte for byte the document's dump") {
   sig.peak->budget_bytes = 2048;
   sig.peak->node = "";
   check(sig);
+  // Every ASCII byte at every offset in an 8-byte word (the writer tests
+  // eight bytes at a time), runs that need no escape, and UTF-8.
+  sig.notes.clear();
+  for (int byte = 1; byte < 0x80; ++byte)
+    for (size_t offset = 0; offset < 9; ++offset)
+      sig.notes.push_back(std::string(offset, 'a') + static_cast<char>(byte) + std::string(9, 'b'));
+  sig.notes.push_back(std::string(100, 'x'));
+  sig.notes.push_back("caf\xc3\xa9 au lait, plain for sixteen");
+  check(sig);
   // And what the pipeline writes for every testdata graph, both partitioners.
   for (const std::string& file : TestdataFiles()) {
     auto graph = LoadGraphFile(file);
