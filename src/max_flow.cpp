@@ -43,9 +43,19 @@ int32_t FlowNetwork::addEdge(int32_t from, int32_t to, int64_t capacity) {
 
 std::vector<int32_t> FindInfinitePath(const FlowNetwork& network, int32_t source, int32_t sink) {
   const int32_t n = network.numVertices();
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
+  // Each vertex's infinite out-edges in insertion order, as one array sliced
+  // by vertex (a vector per vertex cost an allocation each: 2 million of
+  // them at a million nodes).
+  std::vector<int32_t> first(static_cast<size_t>(n) + 1, 0);
   for (int32_t e = 0; e < network.numEdges(); ++e)
-    if (network.capacity(e) == kInfiniteCapacity) out[static_cast<size_t>(network.from(e))].push_back(e);
+    if (network.capacity(e) == kInfiniteCapacity) ++first[static_cast<size_t>(network.from(e)) + 1];
+  for (size_t v = 0; v < static_cast<size_t>(n); ++v) first[v + 1] += first[v];
+  std::vector<int32_t> edges(static_cast<size_t>(first.back()));
+  {
+    std::vector<int32_t> next(first.begin(), first.end() - 1);
+    for (int32_t e = 0; e < network.numEdges(); ++e)
+      if (network.capacity(e) == kInfiniteCapacity) edges[static_cast<size_t>(next[static_cast<size_t>(network.from(e))]++)] = e;
+  }
   // BFS in edge-insertion order, like the reference's _find_infinite_capacity_path.
   std::vector<int32_t> via(static_cast<size_t>(n), -1);
   std::vector<bool> seen(static_cast<size_t>(n), false);
@@ -54,7 +64,8 @@ std::vector<int32_t> FindInfinitePath(const FlowNetwork& network, int32_t source
   while (!queue.empty()) {
     int32_t v = queue.front();
     queue.pop_front();
-    for (int32_t e : out[static_cast<size_t>(v)]) {
+    for (int32_t k = first[static_cast<size_t>(v)]; k < first[static_cast<size_t>(v) + 1]; ++k) {
+      const int32_t e = edges[static_cast<size_t>(k)];
       int32_t w = network.to(e);
       if (seen[static_cast<size_t>(w)]) continue;
       seen[static_cast<size_t>(w)] = true;
