@@ -496,7 +496,7 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
         for line in meta["notes"]:
             add(f"- {line}")
         add("")
-    add("Raw numbers (every run): `bench/out/timings.json`. Graph export times: "
+    add(f"Raw numbers (every run): `{meta.get('json', 'bench/out/timings.json')}`. Graph export times: "
         "`bench/out/graphs/manifest.json`.")
     add("")
     path.write_text("\n".join(L))
@@ -703,7 +703,8 @@ def main(argv=None) -> int:
                 transformers=transformers.__version__, partitioner=ns.partitioner, max_flow=max_flow,
                 repeat=ns.repeat, torch_limit_s=ns.torch_limit_s, torch_budget_s=ns.torch_budget_s,
                 loadavg_before=loadavg_before, loadavg_after=os.getloadavg()[0], notes=notes,
-                cli_startup_ms=startup_ms, manifest=manifest)
+                cli_startup_ms=startup_ms, manifest=manifest,
+                json=os.path.relpath(ns.json, REPO) if Path(ns.json).is_absolute() else ns.json)
     meta["targets"] = evaluate_targets(rows, meta)
 
     Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
