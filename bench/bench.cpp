@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
                    R"("phases_ms":{}{}}})",
                    JsonString(path), JsonString(partitioner), joint.size(), repeat, Ms(t_load0, t_load1),
                    JsonList(solver_ms), JsonList(partition_ms), solver_saved, saved_bytes, saved_count,
-                   usage.ru_maxrss, phases.ToJson(), extra)
+                   PeakRssKb() >= 0 ? PeakRssKb() : usage.ru_maxrss, phases.ToJson(), extra)
             << std::endl;
   return 0;
 }

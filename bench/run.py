@@ -109,7 +109,7 @@ def run_ours_cli(build: Path, graph: Path, repeat: int, partitioner: str, max_fl
                 cmd += ["--config", f"max_flow={max_flow}"]
             t0 = time.perf_counter()
             # FXREMAT_PHASES=1: the CLI prints each phase's time to stderr (fxremat/phases.h).
-            # Waited for with wait4: its own peak RSS, not the largest of all children so far.
+            # Waited for with wait4 (its own resource use, not the largest of all children so far).
             with tempfile.TemporaryFile("w+") as err:
                 proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
                                         env={**os.environ, "FXREMAT_PHASES": "1"})
@@ -121,7 +121,10 @@ def run_ours_cli(build: Path, graph: Path, repeat: int, partitioner: str, max_fl
             if proc.returncode != 0:
                 raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {stderr.strip()}")
             times.append((t1 - t0) * 1000.0)
-            rss_kb.append(usage.ru_maxrss)
+            # The CLI's own VmHWM (FXREMAT_PHASES=1 prints it): ru_maxrss of a child spawned by
+            # this (large) Python process carries this process's peak across exec.
+            own_peak = [int(l.split()[1]) for l in stderr.splitlines() if l.startswith("peak-rss-kb ")]
+            rss_kb.append(own_peak[0] if own_peak and own_peak[0] > 0 else usage.ru_maxrss)
             phases.append(parse_phases(stderr))
             written_bytes = sum((out / f).stat().st_size for f in ("forward.json", "backward.json"))
             sig = json.loads((out / "signature.json").read_text())
@@ -473,6 +476,8 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
         add("I/O throughput from the same phases: **load** = the graph's uncompressed JSON ÷ (read-file +")
         add("parse-json + build-graph; read-file includes gunzip of a `.json.gz`); **write** = the bytes of")
         add("`forward.json` + `backward.json` ÷ write-graph (format 1.5: each distinct stack trace once).")
+        add("**CLI peak RSS** is the CLI's own VmHWM (`peak-rss-kb`, printed with the phases), the largest")
+        add("over the runs.")
         add("")
         add("| graph | JSON read | load | load MB/s | written | write | write MB/s | CLI peak RSS |")
         add("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -5,7 +5,9 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <cassert>
+#include <exception>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -338,15 +340,35 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
   // joint: its nodes' op facts were cached by ClassifyJoint (ClassifySides
   // asks every node), and interning is locked. A forward error is reported
   // first, as when they ran in turn.
+  // Anything thrown (std::bad_alloc) reaches the caller as it would on one
+  // thread: the worker's exception is rethrown here after the join, and a
+  // thread that cannot start leaves the work to this one.
   std::optional<Expected<std::unique_ptr<Graph>>> forward, backward;
+  std::thread forward_thread;
+  std::exception_ptr forward_exception;
   if (!options.scratch && joint.size() >= options.parallel_from_nodes && std::thread::hardware_concurrency() > 1) {
-    std::thread forward_thread([&] { forward.emplace(extract_forward()); });
+    try {
+      forward_thread = std::thread([&] {
+        try {
+          forward.emplace(extract_forward());
+        } catch (...) {
+          forward_exception = std::current_exception();
+        }
+      });
+    } catch (const std::system_error&) {  // no thread: both on this one
+    }
+  }
+  if (forward_thread.joinable()) {
+    struct JoinAtExit {
+      std::thread& t;
+      ~JoinAtExit() { t.join(); }
+    } join_at_exit{forward_thread};
     backward.emplace(extract_backward());
-    forward_thread.join();
   } else {
     forward.emplace(extract_forward());
     if (forward->ok()) backward.emplace(extract_backward());
   }
+  if (forward_exception) std::rethrow_exception(forward_exception);
   FXREMAT_ASSIGN_OR_RETURN(result.forward, std::move(*forward));
   FXREMAT_ASSIGN_OR_RETURN(result.backward, std::move(*backward));
 

@@ -223,11 +223,11 @@ const OpInfo* Node::opInfo() const {
   if (op_ != OpKind::kCallFunction) return nullptr;
   // OpTable entries are never erased, so a found entry can be cached; a miss is
   // not cached because facts may be added later (from the dispatcher).
-  if (op_info_) return op_info_;
+  if (const OpInfo* cached = op_info_.load(std::memory_order_relaxed)) return cached;
   auto it = graph_->ops().find(target());
   if (it == graph_->ops().end()) return nullptr;
-  op_info_ = &it->second;
-  return op_info_;
+  op_info_.store(&it->second, std::memory_order_relaxed);
+  return &it->second;
 }
 
 void Node::recomputeInputs() {

@@ -1836,7 +1836,7 @@ std::string GraphToJson(const Graph& graph) {
   if (UseNlohmannIo()) return GraphToJsonDocument(graph).dump(1) + "\n";
   JsonStreamWriter writer;
   WriteGraphJson(writer, graph, "", nullptr);
-  return std::move(writer.text());
+  return writer.Take();
 }
 
 std::string SidecarNameFor(const std::string& graph_path) {
@@ -1883,7 +1883,7 @@ std::string GraphToJsonBrief(const Graph& graph, const std::function<bool(const 
   WriteGraphObject(writer, graph, /*nested=*/false, "", nullptr, &brief);
   writer.AppendText("\n");
   writer.Flush(/*all=*/true);
-  return std::move(writer.text());
+  return writer.Take();
 }
 
 namespace {
@@ -2062,13 +2062,16 @@ Expected<std::string> ReadFileContents(const std::string& path) {
   size_t expected = ec ? 0 : static_cast<size_t>(file_size);
   [[maybe_unused]] std::optional<size_t> gzip_isize;  // the gzip trailer's length, for a gzip file
   if (std::FILE* raw = std::fopen(path.c_str(), "rb")) {
-    unsigned char head[2] = {0, 0}, tail[4] = {0, 0, 0, 0};
-    if (std::fread(head, 1, 2, raw) == 2 && head[0] == 0x1f && head[1] == 0x8b && file_size >= 18 &&
+    unsigned char head[4] = {0, 0, 0, 0}, tail[4] = {0, 0, 0, 0};
+    if (!ec && std::fread(head, 1, 4, raw) == 4 && head[0] == 0x1f && head[1] == 0x8b && file_size >= 18 &&
         std::fseek(raw, -4, SEEK_END) == 0 && std::fread(tail, 1, 4, raw) == 4) {
       // ISIZE: the uncompressed length mod 2^32 of the last member; only a hint.
       const size_t isize = tail[0] | (tail[1] << 8) | (tail[2] << 16) | (static_cast<size_t>(tail[3]) << 24);
       expected = std::max(expected, isize);
-      gzip_isize = isize;
+      // libdeflate skips a header CRC (FLG.FHCRC) without checking it; zlib
+      // checks it, so such a file is left to zlib.
+      constexpr unsigned char kHeaderCrcFlag = 0x02;
+      if (!(head[3] & kHeaderCrcFlag)) gzip_isize = isize;
     }
     std::fclose(raw);
   }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -82,11 +83,12 @@ class JsonStreamWriter {
   }
   // Text placed as it is (a document's final newline).
   void AppendText(std::string_view text) { Append(text); }
-  // The text written so far (without a sink: all of it), for the caller to
-  // move away once the document is complete.
-  std::string& text() {
+  // The text written since the last flush (without a sink: all of it); the
+  // writer starts again from empty.
+  std::string Take() {
     out_.resize(used_);
-    return out_;
+    used_ = 0;
+    return std::exchange(out_, std::string());
   }
 
  private:
@@ -96,6 +98,7 @@ class JsonStreamWriter {
   // often a strlen each, a third of the writer's time at a million nodes.
   void Grow(size_t n) { out_.resize(std::max(out_.size() * 2, used_ + n + 4096)); }
   void Append(const char* p, size_t n) {
+    if (n == 0) return;  // p may be null (an empty string_view)
     if (out_.size() - used_ < n) Grow(n);
     std::memcpy(out_.data() + used_, p, n);
     used_ += n;

@@ -1,6 +1,10 @@
 // Phase timing (fxremat/phases.h).
 #include "fxremat/phases.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace fxremat {
@@ -35,6 +39,20 @@ std::string PhaseLog::ToJson() const {
 }
 
 PhaseLog* CurrentPhaseLog() { return current_log; }
+
+int64_t PeakRssKb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  int64_t kb = -1;
+  while (std::fgets(line, sizeof(line), f))
+    if (std::strncmp(line, "VmHWM:", 6) == 0) {
+      kb = std::strtoll(line + 6, nullptr, 10);
+      break;
+    }
+  std::fclose(f);
+  return kb;
+}
 
 ScopedPhaseLog::ScopedPhaseLog(PhaseLog* log) : previous_(current_log) { current_log = log; }
 ScopedPhaseLog::~ScopedPhaseLog() { current_log = previous_; }

@@ -353,7 +353,7 @@ std::string SignatureToJson(const Signature& sig) {
   }
   w.EndObject();
   w.AppendText("\n");
-  return std::move(w.text());
+  return w.Take();
 }
 
 nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {

@@ -561,7 +561,7 @@ int main(int argc, char** argv) {
   struct PrintPhasesAtExit {
     const PhaseLog* log;
     ~PrintPhasesAtExit() {
-      if (log) std::cerr << log->ToText();
+      if (log) std::cerr << log->ToText() << "peak-rss-kb " << PeakRssKb() << "\n";
     }
   } print_at_exit{print_phases ? &phases : nullptr};
   try {

@@ -402,7 +402,7 @@ class Node {
   const OpInfo* opInfo() const;
   // Caches the entry of this node's target in its graph's op table, found by
   // the caller (a copy made beside its op facts), saving opInfo()'s look-up.
-  void cacheOpInfo(const OpInfo* info) const { op_info_ = info; }
+  void cacheOpInfo(const OpInfo* info) const { op_info_.store(info, std::memory_order_relaxed); }
 
   bool isPlaceholder() const { return op_ == OpKind::kPlaceholder; }
   bool isCallFunction() const { return op_ == OpKind::kCallFunction; }
@@ -423,7 +423,10 @@ class Node {
   void recomputeInputs();
 
   Graph* graph_;
-  mutable const OpInfo* op_info_ = nullptr;  // cached lookup in the graph's OpTable
+  // Cached lookup in the graph's OpTable. Atomic (relaxed: every thread that
+  // fills it stores the same entry) because threads that only read a graph
+  // may both ask (Note [Extracting both sides at once] in src/extract_partition.cpp).
+  mutable std::atomic<const OpInfo*> op_info_{nullptr};
   OpKind op_;
   bool target_is_name_ = false;  // a placeholder whose target is its name (target_ unused)
   std::string name_;

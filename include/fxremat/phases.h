@@ -40,6 +40,13 @@ class PhaseLog {
   std::vector<Entry> entries_;
 };
 
+// This process's peak resident set in KiB since it started its program
+// (Linux's VmHWM), or -1 where unknown. Unlike getrusage's ru_maxrss it does
+// not include the peak of the process that spawned it: Linux carries the old
+// address space's peak across exec (a bench run from a large Python process
+// read 2.4 GB for a 1.8 GB CLI).
+int64_t PeakRssKb();
+
 // The log phases of this thread go to, or nullptr (timing is off).
 PhaseLog* CurrentPhaseLog();
 

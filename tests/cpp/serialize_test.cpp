@@ -365,5 +365,20 @@ TEST_CASE("gzip files: several members, trailing bytes and truncation read as zl
   auto truncated = ReadFileContents(cut);
   REQUIRE_FALSE(truncated.ok());
   CHECK_THAT(truncated.status().ToString(), Catch::Contains("truncated compressed file") && Catch::Contains(cut));
+  // A header CRC (FLG.FHCRC) that does not match: zlib refuses the file
+  // (libdeflate would skip the CRC unchecked, so such files are left to zlib).
+  REQUIRE(bytes.size() > 10);
+  REQUIRE(static_cast<unsigned char>(bytes[3]) == 0);  // zlib's gzopen writes no optional header fields
+  std::string bad_crc = bytes;
+  bad_crc[3] = 0x02;
+  bad_crc.insert(10, std::string("\x00\x00", 2));
+  const std::string crc_path = (dir / "crc.json.gz").string();
+  {
+    std::FILE* f = std::fopen(crc_path.c_str(), "wb");
+    std::fwrite(bad_crc.data(), 1, bad_crc.size(), f);
+    std::fclose(f);
+  }
+  auto crc = ReadFileContents(crc_path);
+  CHECK_FALSE(crc.ok());
   fs::remove_all(dir);
 }
