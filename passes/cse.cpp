@@ -13,7 +13,6 @@
 #include <memory>
 #include <string_view>
 #include <limits>
-#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -174,20 +173,18 @@ std::vector<DuplicateNode> FindCommonSubexpressions(const Graph& graph) {
   std::vector<DuplicateNode> duplicates;
   uint64_t region = 0;
   std::string key;
-  // Per distinct target (interned: one string per text), whether it mutates
-  // and whether it is never merged; looked up by address, not by text.
   struct TargetFacts {
     bool mutates, never_merged;
   };
-  std::unordered_map<const std::string*, TargetFacts> target_facts;
+  PerTarget<TargetFacts> target_facts;  // Note [Facts per target]
   for (const auto& up : graph.nodes()) {
     Node* n = up.get();
     if (!n->isCallFunction()) continue;  // only a call mutates
-    auto [it, added] = target_facts.try_emplace(&n->target(), TargetFacts{});
-    if (added)
-      it->second = TargetFacts{IsMutationOp(*n), InRandOps(n->target()) || n->target().rfind("aten.empty.", 0) == 0};
-    if (it->second.mutates) ++region;
-    if (it->second.never_merged) continue;
+    const TargetFacts& facts = target_facts.get(*n, [](const Node& op) {
+      return TargetFacts{IsMutationOp(op), InRandOps(op.target()) || op.target().rfind("aten.empty.", 0) == 0};
+    });
+    if (facts.mutates) ++region;
+    if (facts.never_merged) continue;
     if (n->val().is_tensor() && output_storages.contains(n->val().tensor.storage)) continue;
     key.clear();
     AppendRaw(key, region);

@@ -42,7 +42,6 @@
 #include <map>
 #include <queue>
 #include <set>
-#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -257,16 +256,9 @@ int64_t NetworkBuilder::FindFirstUnfusible(const std::vector<Node*>& start_nodes
 
 void NetworkBuilder::ComputeNodeFacts() {
   cat_.resize(n_);
-  // A category is a property of the target (its name and op facts): computed
-  // once per distinct target, found by the interned string's address, where
-  // Categorize hashes the target's text into five sets.
-  std::unordered_map<const std::string*, OpCategory> by_target;
-  for (const auto& up : joint_.nodes()) {
-    if (!up->isCallFunction()) continue;  // Categorize's default
-    auto [it, added] = by_target.try_emplace(&up->target());
-    if (added) it->second = Categorize(*up);
-    cat_[up->index()] = it->second;
-  }
+  PerTarget<OpCategory> by_target;  // Note [Facts per target]
+  for (const auto& up : joint_.nodes())
+    if (up->isCallFunction()) cat_[up->index()] = by_target.get(*up, Categorize);  // others: Categorize's default
   required_bw_ = c_.in_tangents_closure;
   for (Node* o : c_.backward_outputs)
     if (o && !o->isOutput()) required_bw_[o->index()] = true;

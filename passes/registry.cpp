@@ -41,7 +41,9 @@ const std::vector<GraphPass>& GraphPasses() {
       {"eliminate-dead-code", "values nothing uses go, as the reference's min cut removes them first",
        [](Graph& g, const PassOptions&) { return EliminateDeadCode(g); }},
       {"cse", "common subexpressions merged, as the reference's fx_graph_cse",
-       [](Graph& g, const PassOptions&) { return EliminateCommonSubexpressions(g); }},
+       [](Graph& g, const PassOptions& o) {
+         return o.cse_duplicates ? MergeCommonSubexpressions(g, *o.cse_duplicates) : EliminateCommonSubexpressions(g);
+       }},
       {"protect-mutations", "values that read overwritten inputs are marked never to recompute",
        [](Graph& g, const PassOptions&) { return ProtectMutations(g); }},
       {"cleanup-recompute-tags", "checkpoint-region boundaries become MUST_SAVE",

@@ -2,7 +2,6 @@
 // values, the way the reference's _extract_fwd_bwd_modules does, and the
 // Signature that states every position (Note [AOTAutograd runtime contract]).
 #include <algorithm>
-#include <unordered_map>
 #include <unordered_set>
 #include <cassert>
 #include <exception>
@@ -115,18 +114,11 @@ NodeSides ClassifySides(const Graph& joint) {
   sides.forward_only.assign(joint.size(), false);
   sides.backward_only.assign(joint.size(), false);
   sides.impure.assign(joint.size(), false);
-  // Impurity is a property of the target (its name and op facts): tested once
-  // per distinct target, found by the interned string's address, where the
-  // test itself hashes the target's text into two sets.
-  std::unordered_map<const std::string*, bool> impure_target;
+  PerTarget<bool> impure;  // Note [Facts per target]
   for (const auto& up : joint.nodes()) {
     sides.forward_only[up->index()] = MustBeInForward(*up);
     sides.backward_only[up->index()] = MustBeInBackward(*up);
-    if (up->isCallFunction()) {
-      auto [it, added] = impure_target.try_emplace(&up->target(), false);
-      if (added) it->second = IsImpure(*up);
-      sides.impure[up->index()] = it->second;
-    }
+    if (up->isCallFunction()) sides.impure[up->index()] = impure.get(*up, IsImpure);
   }
   return sides;
 }
@@ -337,9 +329,8 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
   // two threads (a scratch extraction runs on the budget search's own
   // threads, and a small graph is not worth a thread: starting one costs
   // ~50 us, a 10k-node extraction a few milliseconds). Both only read the
-  // joint: its nodes' op facts were cached by ClassifyJoint (ClassifySides
-  // asks every node), and interning is locked. A forward error is reported
-  // first, as when they ran in turn.
+  // joint: a node's op-facts cache is atomic (Node::op_info_), and interning
+  // is locked. A forward error is reported first, as when they ran in turn.
   // Anything thrown (std::bad_alloc) reaches the caller as it would on one
   // thread: the worker's exception is rethrown here after the join, and a
   // thread that cannot start leaves the work to this one.

@@ -30,5 +30,12 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph);
 nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string& sidecar_name,
                                            std::map<std::string, SafetensorsEntry>* sidecar);
 nlohmann::ordered_json SignatureToJsonDocument(const Signature& signature);
+// A dim as both documents hold it: a static one as its size, a symbolic one as
+// {"sym": expression, "hint": example value} (docs/format.md; WriteDim in
+// src/json_stream_writer.h writes the same as text).
+inline nlohmann::ordered_json DimToJson(const Dim& d) {
+  if (d.is_static()) return d.hint;
+  return nlohmann::ordered_json{{"sym", d.expr.str()}, {"hint", d.hint}};
+}
 
 }  // namespace fxremat

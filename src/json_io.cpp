@@ -1266,11 +1266,6 @@ Status GraphReader<V>::ReadSubgraphs(const V& subgraphs) {
 // Writing
 // ---------------------------------------------------------------------------
 
-ojson DimToJson(const Dim& d) {
-  if (d.is_static()) return d.hint;
-  return ojson{{"sym", d.expr.str()}, {"hint", d.hint}};
-}
-
 // A kConst value's JSON text as a document value. The readers only store
 // valid JSON text; anything else (an IR built by hand) is written as null
 // rather than as nlohmann's "<discarded>", which no reader accepts.
@@ -1348,14 +1343,6 @@ ojson ArgumentToJson(const Argument& a) {
                                             ArgumentToJson(Argument::Double(a.imag_value))})}};
   }
   return nullptr;
-}
-
-void WriteDim(JsonStreamWriter& w, const Dim& d) {
-  if (d.is_static()) return w.Int(d.hint);
-  w.BeginObject();
-  w.Key("sym"); w.String(d.expr.str());
-  w.Key("hint"); w.Int(d.hint);
-  w.EndObject();
 }
 
 void WriteValueFacts(JsonStreamWriter& w, const ValueFacts& v) {

@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "fxremat/ir.h"
+
 namespace fxremat {
 
 // Note [Streaming writer]: a document is written as text directly, byte for
@@ -204,5 +206,15 @@ class JsonStreamWriter {
   bool after_key_ = false;
   bool ok_ = true;
 };
+
+// A dim as both documents write it: a static one as its size, a symbolic one
+// as {"sym": expression, "hint": example value} (docs/format.md).
+inline void WriteDim(JsonStreamWriter& w, const Dim& d) {
+  if (d.is_static()) return w.Int(d.hint);
+  w.BeginObject();
+  w.Key("sym"); w.String(d.expr.str());
+  w.Key("hint"); w.Int(d.hint);
+  w.EndObject();
+}
 
 }  // namespace fxremat

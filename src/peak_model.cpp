@@ -304,8 +304,7 @@ class GraphRun {
       else next_dead[last_dead[at]] = up->index();
       last_dead[at] = up->index();
     }
-    const auto& nodes = g_.nodes();
-    for (const auto& up : nodes) {
+    for (const auto& up : g_.nodes()) {
       const Node* node = up.get();
       if (node->isOutput()) break;
       if (!node->isPlaceholder()) {

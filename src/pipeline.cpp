@@ -71,15 +71,10 @@ Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutO
   std::unique_ptr<Graph> g = CloneGraph(joint);
   PassOptions pass_options;
   pass_options.policy = options.policy ? &*options.policy : nullptr;
-  for (const auto& [pass, needed] : stages) {
-    if (!needed) continue;
-    if (pass == "cse" && !has_dead) {
-      ScopedPhase cse_phase("cse");
-      FXREMAT_RETURN_IF_ERROR(MergeCommonSubexpressions(*g, duplicates).status());
-      continue;
-    }
-    FXREMAT_RETURN_IF_ERROR(RunGraphPass(pass, *g, pass_options).status());
-  }
+  // cse is the first stage to run on the copy unless eliminate-dead-code ran.
+  pass_options.cse_duplicates = has_dead ? nullptr : &duplicates;
+  for (const auto& [pass, needed] : stages)
+    if (needed) FXREMAT_RETURN_IF_ERROR(RunGraphPass(pass, *g, pass_options).status());
   return g;
 }
 

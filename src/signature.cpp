@@ -188,10 +188,7 @@ using ojson = nlohmann::ordered_json;
 
 ojson FactsShape(const ValueFacts& v) {
   ojson shape = ojson::array();
-  for (const Dim& d : v.tensor.shape) {
-    if (d.is_static()) shape.push_back(d.hint);
-    else shape.push_back(ojson{{"sym", d.expr.str()}, {"hint", d.hint}});
-  }
+  for (const Dim& d : v.tensor.shape) shape.push_back(DimToJson(d));
   return shape;
 }
 }  // namespace
@@ -200,16 +197,7 @@ namespace {
 
 void WriteShape(JsonStreamWriter& w, const ValueFacts& v) {  // as FactsShape
   w.BeginArray();
-  for (const Dim& d : v.tensor.shape) {
-    if (d.is_static()) {
-      w.Int(d.hint);
-      continue;
-    }
-    w.BeginObject();
-    w.Key("sym"); w.String(d.expr.str());
-    w.Key("hint"); w.Int(d.hint);
-    w.EndObject();
-  }
+  for (const Dim& d : v.tensor.shape) WriteDim(w, d);
   w.EndArray();
 }
 

@@ -3,11 +3,35 @@
 // that a difference from the reference is a difference in one list.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "fxremat/ir.h"
 
 namespace fxremat {
+
+// Note [Facts per target]: what the lists below say of a call_function node
+// depends on its target alone (its text and its graph's op facts), and a walk
+// over a million nodes that asked them per node hashed the target's text into
+// several sets each time. A walk keeps one PerTarget per fact instead: the
+// fact is computed for the first node of each target and found after that by
+// the interned target string's address (Graph interns call_function targets;
+// two tables, as in the CLI and its libtorch plugin, only compute a fact twice).
+template <typename T>
+class PerTarget {
+ public:
+  // The fact of n's target: compute(n) for the first node of that target.
+  template <typename Compute>
+  const T& get(const Node& n, Compute compute) {
+    auto [it, added] = facts_.try_emplace(&n.target());
+    if (added) it->second = compute(n);
+    return it->second;
+  }
+
+ private:
+  std::unordered_map<const std::string*, T> facts_;
+};
 
 // A call_function target that is a Python callable rather than a dispatcher op:
 // FX's SymInt arithmetic (_operator.mul, math.sqrt, torch.sym_max, ...) and

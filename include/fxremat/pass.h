@@ -16,6 +16,8 @@
 
 namespace fxremat {
 
+struct DuplicateNode;  // passes/cse.h
+
 // Every option any pass reads, in one place.
 struct PassOptions {
   // fold-annotations: keep the naming ops in the graph (only record the names).
@@ -28,6 +30,10 @@ struct PassOptions {
   const PolicySpec* policy = nullptr;
   // emit-offload: where offloaded values go.
   OffloadTarget offload_target = OffloadTarget::kTorch;
+  // cse: the merges FindCommonSubexpressions (passes/cse.h) already found on
+  // the graph this one is a clone of (CloneGraph keeps node indices), made
+  // without searching again; null searches the graph.
+  const std::vector<DuplicateNode>* cse_duplicates = nullptr;
 };
 
 // A pass over one graph (a joint graph before partitioning, or an emitted one).

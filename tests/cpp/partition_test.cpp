@@ -2,12 +2,15 @@
 // their signature, output is deterministic, and the checker catches a swapped index.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "fxremat/partition.h"
 #include "fxremat/serialize.h"
 #include "passes/default_partition.h"
+#include "passes/cse.h"
 #include "passes/min_cut_partition.h"
+#include "fxremat/pass.h"
 
 #include <limits>
 
@@ -15,6 +18,17 @@ namespace fs = std::filesystem;
 using namespace fxremat;
 
 std::vector<std::string> TestdataFiles();
+
+// testdata/'s graphs, then the random programs of testdata/random.
+std::vector<std::string> TestdataAndRandomFiles() {
+  std::vector<std::string> files = TestdataFiles();
+  std::vector<std::string> random;
+  for (const auto& e : fs::directory_iterator(fs::path(FXREMAT_SOURCE_DIR) / "testdata" / "random"))
+    if (e.path().string().find(".json") != std::string::npos) random.push_back(e.path().string());
+  std::sort(random.begin(), random.end());  // directory order is not deterministic
+  files.insert(files.end(), random.begin(), random.end());
+  return files;
+}
 
 TEST_CASE("default partition of every testdata graph satisfies its signature, deterministically") {
   for (const std::string& file : TestdataFiles()) {
@@ -75,9 +89,7 @@ TEST_CASE("the signature checker catches a deliberately swapped index") {
 // on two threads emits what building them in turn does, on the saved sets of
 // both partitioners (the random programs included).
 TEST_CASE("two-thread extraction emits the same partition as one thread") {
-  std::vector<std::string> files = TestdataFiles();
-  for (const auto& e : fs::directory_iterator(fs::path(FXREMAT_SOURCE_DIR) / "testdata" / "random"))
-    if (e.path().string().find(".json") != std::string::npos) files.push_back(e.path().string());
+  const std::vector<std::string> files = TestdataAndRandomFiles();
   int compared = 0;
   for (const std::string& file : files) {
     INFO(file);
@@ -107,4 +119,30 @@ TEST_CASE("two-thread extraction emits the same partition as one thread") {
     }
   }
   CHECK(compared >= 40);
+}
+
+// The min cut's preparation finds CSE's merges on the joint graph and makes
+// them on its copy (PassOptions::cse_duplicates): the same graph as the cse
+// pass searching the copy itself, on every graph with something to merge.
+TEST_CASE("cse with the merges found on the original equals cse searching the copy") {
+  const std::vector<std::string> files = TestdataAndRandomFiles();
+  int merged = 0;
+  for (const std::string& file : files) {
+    INFO(file);
+    auto joint = LoadGraphFile(file);
+    REQUIRE(joint.ok());
+    const std::vector<DuplicateNode> duplicates = FindCommonSubexpressions(**joint);
+    std::unique_ptr<Graph> searched = CloneGraph(**joint), given = CloneGraph(**joint);
+    auto a = RunGraphPass("cse", *searched, PassOptions{});
+    PassOptions with_duplicates;
+    with_duplicates.cse_duplicates = &duplicates;
+    auto b = RunGraphPass("cse", *given, with_duplicates);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(*a == *b);
+    CHECK(*a == !duplicates.empty());
+    CHECK(GraphToJson(*searched) == GraphToJson(*given));
+    merged += *a;
+  }
+  CHECK(merged >= 1);
 }
