@@ -621,6 +621,7 @@ class BudgetSolver {
     FXREMAT_ASSIGN_OR_RETURN(Candidate improved, Improve(std::move(best), target));
     FXREMAT_ASSIGN_OR_RETURN(improved, Anneal(std::move(improved), target));
     FXREMAT_ASSIGN_OR_RETURN(improved, Rebuild(std::move(improved), target));
+    FXREMAT_ASSIGN_OR_RETURN(improved, InsertAndRepair(std::move(improved), target));
     if (exact) {
       FXREMAT_ASSIGN_OR_RETURN(Candidate from_exact, Improve(std::move(*exact), target));
       if (from_exact.ev.cost < improved.ev.cost) improved = std::move(from_exact);
@@ -722,8 +723,8 @@ class BudgetSolver {
   // going from one good saved set to a better one takes a chain of moves, some
   // of which cost more or leave the budget on the way (save a value's output
   // instead of its inputs, then stop saving the inputs' other consumers...).
-  // Two searches walk such chains, both over the "free" values (Saveable, not
-  // forced) and both deterministic:
+  // Three searches walk such chains, all over the "free" values (Saveable, not
+  // forced) and all deterministic:
   //  - Anneal: simulated annealing. A move toggles one free value, two, or
   //    exchanges one for an input or user of it in the other state; a move
   //    within the budget is taken when it is no costlier, else with
@@ -735,10 +736,19 @@ class BudgetSolver {
   //    as the peak stays within the budget (or comes closer to it, from a
   //    ruined state above it); keep the result when it is no costlier. Each
   //    step is emitted and simulated.
+  //  - InsertAndRepair: the reverse exchange. Save one value the state
+  //    recomputes (one with a gain, or all items of a tuple op: one item alone
+  //    gains nothing while the op reruns for another), then, while the peak is
+  //    over the budget, stop saving the value whose recompute costs least per
+  //    byte among those whose drop lowers the simulated peak (Repair); keep
+  //    the result when it is within the budget and cheaper. On the MILP
+  //    corpus (docs/benchmarks_budget_milp.md) it found the points where the
+  //    optimum saves one costly value instead of several cheap ones, which
+  //    the other two never reach: their first step leaves the budget.
   // The annealing prices a move before emitting it (SearchCost: extraction's
   // plan on flat arrays, PartitionRecomputeCost's figure in O(nodes)) and
   // emits and simulates only the moves that pass on cost; every cost and peak
-  // either search records comes from Evaluate. SearchCost is exact on static
+  // any search records comes from Evaluate. SearchCost is exact on static
   // shapes (checked against Evaluate on every graph of testdata/, the random
   // programs and the budget models included); with dynamic shapes it does not
   // model the symbol bindings extraction adds to the backward, so the
@@ -1041,6 +1051,106 @@ class BudgetSolver {
     return best;
   }
 
+  // The multi-output op whose item `v` is, if it is one.
+  static const Node* TupleOf(const Node& v) {
+    return v.isGetItem() && !v.args().empty() && v.args()[0].is_node() ? v.args()[0].node : nullptr;
+  }
+
+  // Insert and repair (Note [Searching the saved set]): save one more value
+  // the current state recomputes -- one whose saving avoids recompute cost,
+  // or a tuple op's items together -- then Repair; keep the result when it
+  // is within the budget and cheaper. The move Rebuild cannot make: a costly
+  // value saved in exchange for several cheaper ones, where saving it first
+  // leaves the budget.
+  Expected<Candidate> InsertAndRepair(Candidate start, int64_t target) {
+    const int64_t allowance = SearchAllowance();
+    const std::vector<const Node*> free = FreeValues();
+    if (allowance < 8 || free.size() < 2 || start.ev.cost <= 0) return start;
+    Random rng{0x94D049BB133111EBull ^ static_cast<uint64_t>(target) * 0x9E3779B97F4A7C15ull};
+    std::vector<uint8_t> is_free(g_.size(), 0);
+    for (const Node* v : free) is_free[v->index()] = 1;
+    Scratch scratch;
+    Mask used, in = MaskOf(start.saved);
+    Normalize(in, scratch, used);
+    Candidate best = std::move(start);
+    double current = best.ev.cost;
+    std::vector<double> gains;
+    std::vector<const Node*> options;
+    for (int64_t spent = 0; spent < allowance;) {
+      SearchCost(in, scratch, nullptr, &gains);
+      // Saving one item of a tuple op avoids nothing while the op is
+      // recomputed for another (its gain is 0): items go in together.
+      options.clear();
+      for (const Node* v : free)
+        if (!in[v->index()] && (gains[v->index()] > 0 || TupleOf(*v))) options.push_back(v);
+      if (options.empty()) break;
+      const Node* pick = options[rng.below(options.size())];
+      Mask with = in;
+      with[pick->index()] = 1;
+      if (const Node* op = TupleOf(*pick))
+        for (const Node* item : op->users())
+          if (item->isGetItem() && is_free[item->index()]) with[item->index()] = 1;
+      Normalize(with, scratch, used);
+      ++spent;
+      if (!with[pick->index()]) continue;
+      Expected<Evaluation> ev = Evaluate(CollectMask(with));
+      if (!ev.ok()) {
+        if (ev.status().code() != ErrorCode::kBadInput) return ev.status();
+        continue;
+      }
+      Evaluation now = *ev;
+      FXREMAT_RETURN_IF_ERROR(Repair(with, now, pick, target, free, scratch, spent, allowance));
+      if (now.peak > target || now.cost >= current) continue;
+      in = std::move(with);
+      current = now.cost;
+      if (now.cost < best.ev.cost) best = {CollectMask(in), now, Labelled(best.label, " + insert and repair")};
+    }
+    return best;
+  }
+
+  // While `now` (the evaluation of `with`) is over the target: stop saving the
+  // free value (not `keep`) whose recompute costs least per byte saved
+  // (SearchCost), among the kRepairTries cheapest the first that lowers the
+  // simulated peak; stops when none does or the allowance is spent.
+  static constexpr size_t kRepairTries = 8;
+  Status Repair(Mask& with, Evaluation& now, const Node* keep, int64_t target, const std::vector<const Node*>& free,
+                Scratch& scratch, int64_t& spent, int64_t allowance) {
+    Mask used;
+    double with_cost = SearchCost(with, scratch);
+    std::vector<std::pair<double, const Node*>> drops;
+    while (now.peak > target && spent < allowance) {
+      drops.clear();
+      for (const Node* u : free) {
+        if (u == keep || !with[u->index()]) continue;
+        Mask t = with;
+        t[u->index()] = 0;
+        const double c = SearchCost(t, scratch);
+        drops.push_back({(c - with_cost) / static_cast<double>(std::max<int64_t>(1, StorageBytesOf(*root_[u->index()]))), u});
+      }
+      std::stable_sort(drops.begin(), drops.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      bool lowered = false;
+      for (size_t d = 0; d < drops.size() && d < kRepairTries && spent < allowance && !lowered; ++d) {
+        Mask t = with;
+        t[drops[d].second->index()] = 0;
+        const double t_cost = Normalize(t, scratch, used);
+        ++spent;
+        Expected<Evaluation> g = Evaluate(CollectMask(t));
+        if (!g.ok()) {
+          if (g.status().code() != ErrorCode::kBadInput) return g.status();
+          continue;
+        }
+        if (g->peak < now.peak) {
+          with = std::move(t);
+          with_cost = t_cost;
+          now = *g;
+          lowered = true;
+        }
+      }
+      if (!lowered) break;
+    }
+    return Status::Ok();
+  }
+
   template <typename Better>
   Expected<Candidate> LocalSearch(Candidate best, Better better) {
     // Each evaluation costs time proportional to the graph: small graphs get a
@@ -1141,7 +1251,9 @@ class BudgetSolver {
       const size_t i = up->index();
       if (bw_root[i] != static_cast<int64_t>(i)) continue;
       const int64_t bytes = up->val().is_tensor() ? StorageBytes(up->val().tensor) : 0;
-      const size_t from = up->isPlaceholder() ? 0 : i;
+      // A tuple op's items are allocated by the op, while its inputs are alive.
+      const Node* tuple_op = up->isGetItem() && up->args()[0].is_node() ? up->args()[0].node : nullptr;
+      const size_t from = up->isPlaceholder() ? 0 : tuple_op ? tuple_op->index() : i;
       const size_t to = static_cast<size_t>(std::max<int64_t>(bw_end[i], static_cast<int64_t>(i))) + 1;
       bw_delta[from] += bytes;
       bw_delta[std::min(to, nb + 1)] -= bytes;
@@ -1241,12 +1353,31 @@ class BudgetSolver {
         r_var[i].push_back(add_var(fmt::format("r:{}@{}", r->name(), k), cost, 0.0, forced ? 0.0 : 1.0));
       }
     }
+    // User outputs the backward may read: resident anyway (pinned_bytes), so
+    // saving them costs nothing, and the saved set the MILP answers must name
+    // them -- a backward that does not receive them recomputes them.
+    for (const auto& up : g_.nodes()) {
+      const Node* r = up.get();
+      if (!pinned[r->index()] || root_[r->index()] != r || !r->isCallFunction()) continue;
+      m.save_variables.push_back(add_var(fmt::format("s:{}", r->name()), 0.0, 1.0, 1.0));
+      m.save_names.push_back(r->name());
+    }
     // Residency: resident at a point only if resident at the previous one (the
     // first: saved) or recomputed there.
     for (const Node* r : roots) {
       const size_t i = r->index();
       for (size_t k = 0; k < K; ++k)
         add_row({{a_var[i][k], 1.0}, {k == 0 ? s_var[i] : a_var[i][k - 1], -1.0}, {r_var[i][k], -1.0}}, -kInf, 0.0);
+    }
+    // Once: a value is saved or recomputed at one point, not both, not twice.
+    // The emitted backward runs each of its nodes once and keeps a saved value
+    // until its last read; a model free to drop a value and recompute it later
+    // finds partitions no fxremat backward runs (and objectives below any).
+    for (const Node* r : roots) {
+      std::vector<std::pair<int64_t, double>> terms;
+      for (size_t k = 0; k < K; ++k) terms.push_back({r_var[r->index()][k], 1.0});
+      terms.push_back({s_var[r->index()], 1.0});
+      add_row(std::move(terms), -kInf, 1.0);
     }
     // Reads: what a backward op reads is resident; what a recompute reads too.
     for (size_t k = 0; k < K; ++k)

@@ -27,8 +27,8 @@
 //   4. keeps the cheapest candidate within the budget, then adds saved values
 //      back, the most recompute cost avoided per byte first, as long as the
 //      simulated peak stays within the budget; drops saved values from the min
-//      cut likewise; searches locally (single and pair moves), then anneals
-//      and rebuilds the saved set (Note [Searching the saved set] in
+//      cut likewise; searches locally (single and pair moves), then anneals,
+//      rebuilds and inserts-and-repairs the saved set (Note [Searching the saved set] in
 //      budget_partition.cpp; graphs of up to 4,096 nodes);
 //   5. when budget_milp_max_variables allows, solves Note [Budget MILP] with
 //      CBC and searches locally from its saved set too; the cheaper wins;
@@ -99,21 +99,26 @@ Expected<std::vector<FrontPoint>> ExhaustiveFront(const Graph& prepared, const M
 // the backward. The time steps are the backward ops that read a forward value
 // ("use points", taken from the nothing-recomputed partition). Per allocating
 // forward value v (its storage: views are free and share it):
-//   s_v      saved by the forward (forced to 1 for untagged or unreplayable
+//   s_v      saved by the forward (fixed to 1 for user outputs, which the
+//            caller holds anyway, and for untagged or unreplayable
 //            random ops / values that read mutated inputs / MUST_SAVE, to 0
 //            for MUST_RECOMPUTE);
 //   a_{v,k}  resident at use point k;  r_{v,k}  recomputed just before it.
-// Constraints: a_{v,k} <= a_{v,k-1} + r_{v,k} (a_{v,0} = s_v); what op k reads
-// is resident; a recompute's inputs are resident at its point; at each use
-// point the resident bytes plus the backward's own live bytes (the most since
-// the previous point) plus the forward outputs are within the budget; at each
-// forward op the live bytes plus the saved values the forward no longer reads
-// are within it. Objective: sum of r_{v,k} * RecomputeCost. It is a model, not
-// the simulator: a value recomputed at a point counts for the whole point (the
-// simulator frees a recompute-only intermediate sooner), a tuple op's items
-// each pay the op, and a value may be recomputed more than once. The test
-// therefore compares costs at equal budgets and also simulates the MILP's
-// saved set (EvaluateSavedSet).
+// Constraints: a_{v,k} <= a_{v,k-1} + r_{v,k} (a_{v,0} = s_v); s_v + sum_k
+// r_{v,k} <= 1 (the emitted backward runs each node once and keeps a saved
+// value until its last read: nothing is dropped and recomputed later, nothing
+// recomputed twice); what op k reads is resident; a recompute's inputs are
+// resident at its point; at each use point the resident bytes plus the
+// backward's own live bytes (the most since the previous point; a tuple op's
+// items allocated at the op, with its inputs) plus the forward outputs are
+// within the budget; at each forward op the live bytes plus the saved values
+// the forward no longer reads are within it. Objective: sum of r_{v,k} *
+// RecomputeCost. It is a model, not the simulator: a value recomputed at a
+// point counts for the whole point (the simulator frees a recompute-only
+// intermediate sooner), a tuple op's items each pay the op, and the backward's
+// own bytes are those of the nothing-recomputed order. The test therefore
+// compares costs at equal budgets and also simulates the MILP's saved set
+// (EvaluateSavedSet).
 struct BudgetMilp {
   // Variables "s:<value>", "a:<value>@<point>", "r:<value>@<point>", all 0/1.
   BinaryProgram program;
