@@ -44,10 +44,18 @@ def main() -> None:
     eager_out = program()
     eager_grads = torch.autograd.grad(eager_out, [t for t in leaves if t.requires_grad], grad_outputs=tangents)
     ours = [g for g in grads if g is not None]
-    worst = max((a - b).abs().max().item() for a, b in zip([outs[0], *ours], [eager_out, *eager_grads]))
-    ok = worst < 1e-4
-    print(f"forward+backward vs eager autograd: {len(ours) + 1} tensors, max abs error {worst:.2e}: "
-          f"{'MATCH' if ok else 'MISMATCH'}")
+    pairs = list(zip([outs[0], *ours], [eager_out, *eager_grads]))
+    worst = max((a - b).abs().max().item() for a, b in pairs)
+    # Equal up to float32 rounding, judged against each tensor's scale: the
+    # partitioned graphs run the same ops, but BLAS may block a matmul or a
+    # reduction differently from one call to the next, and a gradient summed
+    # over the batch in another order moves by rounding relative to its largest
+    # entries, not to each element (a fixed 1e-4 bound once failed a correct
+    # run at 4e-4 on gradients up to ~15; a wrong partition is off by O(scale)).
+    ok = all((a - b).abs().max().item() <= 1e-4 * max(1.0, b.abs().max().item()) for a, b in pairs)
+    scale = max(b.abs().max().item() for _, b in pairs)
+    print(f"forward+backward vs eager autograd: {len(ours) + 1} tensors, max abs error {worst:.2e} "
+          f"(largest value {scale:.2e}): {'MATCH' if ok else 'MISMATCH'}")
     if not ok:
         raise SystemExit(1)
 

@@ -13,7 +13,9 @@
 #include <functional>
 #include <filesystem>
 #include <iostream>
+#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -328,6 +330,30 @@ Expected<Partition> PartitionFile(const std::string& path, const PartitionFlags&
   return partition;  // the joint graph is freed here: its memory serves the writing (peak RSS)
 }
 
+// What `partition` prints after the files are written: the saved values and
+// the step's peak.
+std::string PartitionSummary(const Partition& p, const std::string& partitioner, const std::string& out_dir) {
+  std::string out = fmt::format("partitioner {}: forward {} nodes, backward {} nodes; saved {} values, {} bytes",
+                                partitioner, p.forward->size(), p.backward->size(), p.signature.saved.size(),
+                                p.signature.savedBytes());
+  if (p.signature.savedSymInts() > 0) out += fmt::format(" and {} symints", p.signature.savedSymInts());
+  if (p.signature.offloadedBytes() > 0) out += fmt::format(" ({} bytes offloaded to host)", p.signature.offloadedBytes());
+  out += "\n";
+  for (const SavedValue& s : p.signature.saved) {
+    out += Describe(s);
+    out += "\n";
+  }
+  if (const auto& pk = p.signature.peak) {
+    out += fmt::format("step peak (simulated): {} bytes above the inputs, {}", pk->bytes,
+                       pk->node.empty() ? fmt::format("when the tangents arrive")
+                                        : fmt::format("at {} in the {}", pk->node, pk->graph));
+    if (pk->budget_bytes) out += fmt::format(" (budget {} bytes)", *pk->budget_bytes);
+    out += "\n";
+  }
+  if (!out_dir.empty()) out += fmt::format("wrote {}/{{forward,backward,signature}}.json\n", out_dir);
+  return out;
+}
+
 int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, const std::string& out_dir,
                         const std::string& print) {
   auto partition = PartitionFile(path, flags);
@@ -341,6 +367,36 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
     }
   } bury_at_return{*partition};
   for (const std::string& note : p.signature.notes) std::cerr << "fxremat: warning: " << note << "\n";
+  // Note [Texts beside the graphs]: signature.json's text and the summary
+  // only read the partition, as the graph writer does; a second thread builds
+  // them while this one writes forward.json and backward.json (a third of a
+  // second at a million nodes). What it throws reaches this thread after the
+  // join, so a failure is reported exactly as before; its phases join this
+  // thread's log then (FXREMAT_PHASES=1 shows them beside write-graph).
+  std::string signature_text, summary;
+  std::exception_ptr texts_failed;
+  PhaseLog* const log = CurrentPhaseLog();
+  PhaseLog texts_log;
+  std::jthread texts([&] {
+    ScopedPhaseLog install(log ? &texts_log : nullptr);
+    try {
+      if (!out_dir.empty()) {
+        ScopedPhase phase("write-signature");
+        signature_text = SignatureToJson(p.signature);
+      }
+      ScopedPhase phase("print-summary");
+      summary = PartitionSummary(p, flags.partitioner, out_dir);
+    } catch (...) {
+      texts_failed = std::current_exception();
+    }
+  });
+  auto texts_ready = [&] {
+    if (!texts.joinable()) return;
+    texts.join();
+    if (log)
+      for (const PhaseLog::Entry& e : texts_log.entries()) log->End(log->Begin(e.name), e.ms);
+    if (texts_failed) std::rethrow_exception(std::exchange(texts_failed, nullptr));
+  };
   if (!out_dir.empty()) {
     // Constants over 64 KiB go to a safetensors file beside each graph
     // (docs/format.md); WriteGraphFile writes it.
@@ -349,33 +405,19 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
         {"backward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.backward); }},
         {"signature.json",
          [&](const std::string& file) {
-           ScopedPhase phase("write-signature");
-           return WriteFileAtomically(file, SignatureToJson(p.signature));
+           texts_ready();
+           return WriteFileAtomically(file, signature_text);
          }},
     };
     Status st = WriteAllOrNothing(out_dir, files);
     if (!st.ok()) return Fail(st);
   }
+  texts_ready();
   if (print == "code") {
     std::cout << "# ---- forward ----\n" << PrintGraph(*p.forward) << "\n# ---- backward ----\n"
               << PrintGraph(*p.backward) << "\n";
   }
-  ScopedPhase print_phase("print-summary");
-  std::cout << fmt::format("partitioner {}: forward {} nodes, backward {} nodes; saved {} values, {} bytes",
-                           flags.partitioner, p.forward->size(), p.backward->size(), p.signature.saved.size(),
-                           p.signature.savedBytes());
-  if (p.signature.savedSymInts() > 0) std::cout << fmt::format(" and {} symints", p.signature.savedSymInts());
-  if (p.signature.offloadedBytes() > 0)
-    std::cout << fmt::format(" ({} bytes offloaded to host)", p.signature.offloadedBytes());
-  std::cout << "\n";
-  for (const SavedValue& s : p.signature.saved) std::cout << Describe(s) << "\n";
-  if (const auto& pk = p.signature.peak) {
-    std::cout << fmt::format("step peak (simulated): {} bytes above the inputs, {}", pk->bytes,
-                             pk->node.empty() ? fmt::format("when the tangents arrive") : fmt::format("at {} in the {}", pk->node, pk->graph));
-    if (pk->budget_bytes) std::cout << fmt::format(" (budget {} bytes)", *pk->budget_bytes);
-    std::cout << "\n";
-  }
-  if (!out_dir.empty()) std::cout << fmt::format("wrote {}/{{forward,backward,signature}}.json\n", out_dir);
+  std::cout << summary;
   return kExitOk;
 }
 
