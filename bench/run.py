@@ -460,8 +460,9 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
         add("checks and any preparation passes, **cut** includes classify, solve, extract and check-signature;")
         add("**simulate-peak** is the step-peak simulation the signature reports; **destroy-graph** is freeing")
         add("the joint graph (the CLI leaves the emitted ones to the process's exit); **write-graph** is")
-        add("`forward.json` and `backward.json`, **write-signature** `signature.json`; the rest is process")
-        add("start-up, the other passes and untimed glue.")
+        add("`forward.json` and `backward.json`, **write-signature** building `signature.json`'s text; the rest is")
+        add("process start-up, the other passes and untimed glue. write-signature and print-summary run on a second")
+        add("thread while write-graph runs (Note [Texts beside the graphs]), so they overlap it in wall time.")
         add("")
         cols = ["read-file", "parse-json", "build-graph", "verify-graph", "prepare", "find-common-subexpressions",
                 "cut", "classify", "solve-min-cut", "extract", "check-signature", "reorder-backward",
