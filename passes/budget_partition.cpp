@@ -926,18 +926,37 @@ class BudgetSolver {
     return label.find(step) == std::string::npos ? label + step : label;
   }
 
+  // What each search of Note [Searching the saved set] starts from: `start`
+  // normalized, its SearchCost estimate and exact cost, the allowance and the
+  // free values; none when the graph is too large to search or nothing moves.
+  struct Search {
+    int64_t allowance = 0;
+    std::vector<const Node*> free;
+    Scratch scratch;
+    Mask used, in;
+    double estimate = 0;  // SearchCost of `in`
+    Candidate best;
+    double current = 0;   // the exact cost of `in`
+  };
+  std::optional<Search> StartSearch(Candidate& start) const {
+    Search s;
+    s.allowance = SearchAllowance();
+    s.free = FreeValues();
+    if (s.allowance < 8 || s.free.size() < 2 || start.ev.cost <= 0) return std::nullopt;
+    s.in = MaskOf(start.saved);
+    s.estimate = Normalize(s.in, s.scratch, s.used);
+    s.best = std::move(start);
+    s.current = s.best.ev.cost;
+    return s;
+  }
+
   Expected<Candidate> Anneal(Candidate start, int64_t target) {
-    const int64_t allowance = SearchAllowance();
-    const std::vector<const Node*> free = FreeValues();
-    if (allowance < 8 || free.size() < 2 || start.ev.cost <= 0) return start;
+    std::optional<Search> search = StartSearch(start);
+    if (!search) return start;
+    auto& [allowance, free, scratch, used, in, current_estimate, best, current] = *search;
     std::vector<int32_t> slot(g_.size(), -1);  // index in `free`
     for (size_t i = 0; i < free.size(); ++i) slot[free[i]->index()] = static_cast<int32_t>(i);
     Random rng{0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
-    Scratch scratch;
-    Mask used, in = MaskOf(start.saved);
-    double current_estimate = Normalize(in, scratch, used);
-    Candidate best = std::move(start);
-    double current = best.ev.cost;
     const double t0 = kAnnealStart * current, t_end = 1e-4 * current;
     const double cooling = std::pow(t_end / t0, 1.0 / static_cast<double>(allowance));
     double temperature = t0;
@@ -981,15 +1000,10 @@ class BudgetSolver {
   }
 
   Expected<Candidate> Rebuild(Candidate start, int64_t target) {
-    const int64_t allowance = SearchAllowance();
-    const std::vector<const Node*> free = FreeValues();
-    if (allowance < 8 || free.size() < 2 || start.ev.cost <= 0) return start;
+    std::optional<Search> search = StartSearch(start);
+    if (!search) return start;
+    auto& [allowance, free, scratch, used, in, estimate, best, current] = *search;
     Random rng{0x2545F4914F6CDD1Dull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
-    Scratch scratch;
-    Mask used, in = MaskOf(start.saved);
-    Normalize(in, scratch, used);
-    Candidate best = std::move(start);
-    double current = best.ev.cost;
     std::vector<double> gains;
     std::vector<const Node*> saved_free;
     for (int64_t spent = 0; spent < allowance;) {
@@ -1063,17 +1077,12 @@ class BudgetSolver {
   // value saved in exchange for several cheaper ones, where saving it first
   // leaves the budget.
   Expected<Candidate> InsertAndRepair(Candidate start, int64_t target) {
-    const int64_t allowance = SearchAllowance();
-    const std::vector<const Node*> free = FreeValues();
-    if (allowance < 8 || free.size() < 2 || start.ev.cost <= 0) return start;
+    std::optional<Search> search = StartSearch(start);
+    if (!search) return start;
+    auto& [allowance, free, scratch, used, in, estimate, best, current] = *search;
     Random rng{0x94D049BB133111EBull ^ static_cast<uint64_t>(target) * 0x9E3779B97F4A7C15ull};
     std::vector<uint8_t> is_free(g_.size(), 0);
     for (const Node* v : free) is_free[v->index()] = 1;
-    Scratch scratch;
-    Mask used, in = MaskOf(start.saved);
-    Normalize(in, scratch, used);
-    Candidate best = std::move(start);
-    double current = best.ev.cost;
     std::vector<double> gains;
     std::vector<const Node*> options;
     for (int64_t spent = 0; spent < allowance;) {
