@@ -737,11 +737,12 @@ class BudgetSolver {
   //    ruined state above it); keep the result when it is no costlier. Each
   //    step is emitted and simulated.
   //  - InsertAndRepair: the reverse exchange. Save one value the state
-  //    recomputes (one with a gain, or all items of a tuple op: one item alone
-  //    gains nothing while the op reruns for another), then, while the peak is
-  //    over the budget, stop saving the value whose recompute costs least per
-  //    byte among those whose drop lowers the simulated peak (Repair); keep
-  //    the result when it is within the budget and cheaper. On the MILP
+  //    recomputes (one with a gain, or all items of a tuple op it reruns: one
+  //    item alone gains nothing while the op reruns for another), then, while
+  //    the peak is over the budget, stop saving one of the other saved values
+  //    -- of the kRepairTries whose recompute costs least per byte, the first
+  //    whose drop lowers the simulated peak (Repair); keep the result when it
+  //    is within the budget and cheaper. On the MILP
   //    corpus (docs/benchmarks_budget_milp.md) it found the points where the
   //    optimum saves one costly value instead of several cheap ones, which
   //    the other two never reach: their first step leaves the budget.
@@ -882,7 +883,8 @@ class BudgetSolver {
   // a number of node-evaluations divided by the size, capped; graphs above
   // kLargestSearched nodes get none. Each search: 1,000 attempts up to 150
   // nodes, 150 at 1,000, 37 at 4,000 (a rebuild's attempt is one emission of
-  // its greedy pass). Chosen on bench/budget_milp_bench.py's corpus and the
+  // its greedy pass, an insert-and-repair's one emission, its pricing aside:
+  // Repair). Chosen on bench/budget_milp_bench.py's corpus and the
   // budget benchmark's models:
   // allowances that fell with the square of the size (3,000 attempts at 300
   // nodes) took twice the time for no better points on the small corpus and
@@ -996,7 +998,7 @@ class BudgetSolver {
       current_estimate = estimate;
       if (tried->cost < best.ev.cost) best = {std::move(saved), *tried, Labelled(best.label, " + annealing")};
     }
-    return best;
+    return std::move(best);  // a structured binding: not moved implicitly
   }
 
   Expected<Candidate> Rebuild(Candidate start, int64_t target) {
@@ -1062,7 +1064,7 @@ class BudgetSolver {
       current = now.cost;
       if (now.cost < best.ev.cost) best = {CollectMask(in), now, Labelled(best.label, " + rebuild")};
     }
-    return best;
+    return std::move(best);  // a structured binding: not moved implicitly
   }
 
   // The multi-output op whose item `v` is, if it is one.
@@ -1088,17 +1090,20 @@ class BudgetSolver {
     for (int64_t spent = 0; spent < allowance;) {
       SearchCost(in, scratch, nullptr, &gains);
       // Saving one item of a tuple op avoids nothing while the op is
-      // recomputed for another (its gain is 0): items go in together.
+      // recomputed for another (its gain is 0): the items of an op the state
+      // recomputes go in together.
       options.clear();
-      for (const Node* v : free)
-        if (!in[v->index()] && (gains[v->index()] > 0 || TupleOf(*v))) options.push_back(v);
+      for (const Node* v : free) {
+        const Node* op = TupleOf(*v);
+        if (!in[v->index()] && (gains[v->index()] > 0 || (op && gains[op->index()] > 0))) options.push_back(v);
+      }
       if (options.empty()) break;
       const Node* pick = options[rng.below(options.size())];
-      Mask with = in;
-      with[pick->index()] = 1;
+      Mask with = in, inserted(g_.size(), 0);
+      with[pick->index()] = inserted[pick->index()] = 1;
       if (const Node* op = TupleOf(*pick))
         for (const Node* item : op->users())
-          if (item->isGetItem() && is_free[item->index()]) with[item->index()] = 1;
+          if (item->isGetItem() && is_free[item->index()] && !in[item->index()]) with[item->index()] = inserted[item->index()] = 1;
       Normalize(with, scratch, used);
       ++spent;
       if (!with[pick->index()]) continue;
@@ -1108,21 +1113,25 @@ class BudgetSolver {
         continue;
       }
       Evaluation now = *ev;
-      FXREMAT_RETURN_IF_ERROR(Repair(with, now, pick, target, free, scratch, spent, allowance));
+      FXREMAT_RETURN_IF_ERROR(Repair(with, now, inserted, target, free, scratch, spent, allowance));
       if (now.peak > target || now.cost >= current) continue;
       in = std::move(with);
       current = now.cost;
       if (now.cost < best.ev.cost) best = {CollectMask(in), now, Labelled(best.label, " + insert and repair")};
     }
-    return best;
+    return std::move(best);  // a structured binding: not moved implicitly
   }
 
-  // While `now` (the evaluation of `with`) is over the target: stop saving the
-  // free value (not `keep`) whose recompute costs least per byte saved
-  // (SearchCost), among the kRepairTries cheapest the first that lowers the
-  // simulated peak; stops when none does or the allowance is spent.
+  // While `now` (the evaluation of `with`) is over the target: prices every
+  // saved free value not in `keep` by its recompute cost per byte
+  // (SearchCost) and stops saving the first of the kRepairTries cheapest whose
+  // drop lowers the simulated peak; ends when none does or the allowance is
+  // spent. The pricing (one SearchCost per saved value) is not counted in the
+  // allowance, which bounds the evaluations: on the 1,700-node GPT-2 it is
+  // half of the search's time (a cheaper price, the value's own recompute
+  // cost, gave costlier points: the commit log of 1722701).
   static constexpr size_t kRepairTries = 8;
-  Status Repair(Mask& with, Evaluation& now, const Node* keep, int64_t target, const std::vector<const Node*>& free,
+  Status Repair(Mask& with, Evaluation& now, const Mask& keep, int64_t target, const std::vector<const Node*>& free,
                 Scratch& scratch, int64_t& spent, int64_t allowance) {
     Mask used;
     double with_cost = SearchCost(with, scratch);
@@ -1130,7 +1139,7 @@ class BudgetSolver {
     while (now.peak > target && spent < allowance) {
       drops.clear();
       for (const Node* u : free) {
-        if (u == keep || !with[u->index()]) continue;
+        if (keep[u->index()] || !with[u->index()]) continue;
         Mask t = with;
         t[u->index()] = 0;
         const double c = SearchCost(t, scratch);
@@ -1362,12 +1371,13 @@ class BudgetSolver {
         r_var[i].push_back(add_var(fmt::format("r:{}@{}", r->name(), k), cost, 0.0, forced ? 0.0 : 1.0));
       }
     }
-    // User outputs the backward may read: resident anyway (pinned_bytes), so
-    // saving them costs nothing, and the saved set the MILP answers must name
-    // them -- a backward that does not receive them recomputes them.
+    // User outputs: resident anyway (pinned_bytes), so saving them costs
+    // nothing, and the saved set the MILP answers must name them -- a backward
+    // that does not receive one it reads recomputes it (extraction drops the
+    // ones it does not read). Not one a tag asks to recompute: never saved.
     for (const auto& up : g_.nodes()) {
       const Node* r = up.get();
-      if (!pinned[r->index()] || root_[r->index()] != r || !r->isCallFunction()) continue;
+      if (!pinned[r->index()] || root_[r->index()] != r || !r->isCallFunction() || TaggedRecompute(*r)) continue;
       m.save_variables.push_back(add_var(fmt::format("s:{}", r->name()), 0.0, 1.0, 1.0));
       m.save_names.push_back(r->name());
     }

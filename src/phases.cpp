@@ -25,6 +25,14 @@ void PhaseLog::End(size_t entry, double ms) {
   ++entries_[entry].count;
 }
 
+void PhaseLog::Merge(const PhaseLog& other) {
+  for (const Entry& e : other.entries()) {
+    Entry& mine = entries_[Begin(e.name)];
+    mine.ms += e.ms;
+    mine.count += e.count;
+  }
+}
+
 std::string PhaseLog::ToText() const {
   std::string out = fmt::format("{:<28} {:>10} {:>6}\n", "phase", "ms", "count");
   for (const Entry& e : entries_) out += fmt::format("{:<28} {:>10.1f} {:>6}\n", e.name, e.ms, e.count);

@@ -15,7 +15,9 @@
 #include <iostream>
 #include <exception>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -370,32 +372,44 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
   // Note [Texts beside the graphs]: signature.json's text and the summary
   // only read the partition, as the graph writer does; a second thread builds
   // them while this one writes forward.json and backward.json (a third of a
-  // second at a million nodes). What it throws reaches this thread after the
-  // join, so a failure is reported exactly as before; its phases join this
-  // thread's log then (FXREMAT_PHASES=1 shows them beside write-graph).
+  // second at a million nodes), or this thread does when none can start. A
+  // failure to build the signature fails its file (WriteAllOrNothing removes
+  // what was staged); one to build the summary is rethrown after the files
+  // are written, where it used to happen. The thread's phases join this
+  // thread's log (FXREMAT_PHASES=1 shows them beside write-graph).
   std::string signature_text, summary;
-  std::exception_ptr texts_failed;
+  std::exception_ptr signature_failed, summary_failed;
   PhaseLog* const log = CurrentPhaseLog();
   PhaseLog texts_log;
-  std::jthread texts([&] {
+  auto build_texts = [&] {
     ScopedPhaseLog install(log ? &texts_log : nullptr);
-    try {
-      if (!out_dir.empty()) {
+    if (!out_dir.empty()) {
+      try {
         ScopedPhase phase("write-signature");
         signature_text = SignatureToJson(p.signature);
+      } catch (...) {
+        signature_failed = std::current_exception();
       }
+    }
+    try {
       ScopedPhase phase("print-summary");
       summary = PartitionSummary(p, flags.partitioner, out_dir);
     } catch (...) {
-      texts_failed = std::current_exception();
+      summary_failed = std::current_exception();
     }
-  });
+  };
+  std::jthread texts;
+  bool texts_built = false;
+  try {
+    texts = std::jthread(build_texts);
+  } catch (const std::system_error&) {
+    build_texts();
+  }
   auto texts_ready = [&] {
-    if (!texts.joinable()) return;
-    texts.join();
-    if (log)
-      for (const PhaseLog::Entry& e : texts_log.entries()) log->End(log->Begin(e.name), e.ms);
-    if (texts_failed) std::rethrow_exception(std::exchange(texts_failed, nullptr));
+    if (texts_built) return;
+    texts_built = true;
+    if (texts.joinable()) texts.join();
+    if (log) log->Merge(texts_log);
   };
   if (!out_dir.empty()) {
     // Constants over 64 KiB go to a safetensors file beside each graph
@@ -404,8 +418,17 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
         {"forward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.forward); }},
         {"backward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.backward); }},
         {"signature.json",
-         [&](const std::string& file) {
+         [&](const std::string& file) -> Status {
            texts_ready();
+           if (signature_failed) {
+             try {
+               std::rethrow_exception(signature_failed);
+             } catch (const std::exception& e) {
+               return Status::Internal(fmt::format("building signature.json: {}", e.what()));
+             } catch (...) {
+               return Status::Internal("building signature.json failed");
+             }
+           }
            return WriteFileAtomically(file, signature_text);
          }},
     };
@@ -413,6 +436,7 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
     if (!st.ok()) return Fail(st);
   }
   texts_ready();
+  if (summary_failed) std::rethrow_exception(summary_failed);
   if (print == "code") {
     std::cout << "# ---- forward ----\n" << PrintGraph(*p.forward) << "\n# ---- backward ----\n"
               << PrintGraph(*p.backward) << "\n";

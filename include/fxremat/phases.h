@@ -30,6 +30,9 @@ class PhaseLog {
   size_t Begin(std::string_view name);
   // Adds one run of `ms` to the entry Begin returned.
   void End(size_t entry, double ms);
+  // Adds another log's entries (times and counts) to this one's, by name: a
+  // worker thread's phases, once it is joined.
+  void Merge(const PhaseLog& other);
   const std::vector<Entry>& entries() const { return entries_; }
   // "name ms count" lines, a header first: what the CLI prints under FXREMAT_PHASES=1.
   std::string ToText() const;
