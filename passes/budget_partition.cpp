@@ -955,7 +955,16 @@ class BudgetSolver {
   Expected<Candidate> Anneal(Candidate start, int64_t target) {
     std::optional<Search> search = StartSearch(start);
     if (!search) return start;
-    auto& [allowance, free, scratch, used, in, current_estimate, best, current] = *search;
+    // Plain references, not a structured binding: clang 14 cannot capture
+    // a binding in a lambda.
+    const int64_t allowance = search->allowance;
+    const std::vector<const Node*>& free = search->free;
+    Scratch& scratch = search->scratch;
+    Mask& used = search->used;
+    Mask& in = search->in;
+    double& current_estimate = search->estimate;
+    Candidate& best = search->best;
+    double& current = search->current;
     std::vector<int32_t> slot(g_.size(), -1);  // index in `free`
     for (size_t i = 0; i < free.size(); ++i) slot[free[i]->index()] = static_cast<int32_t>(i);
     Random rng{0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
@@ -998,13 +1007,21 @@ class BudgetSolver {
       current_estimate = estimate;
       if (tried->cost < best.ev.cost) best = {std::move(saved), *tried, Labelled(best.label, " + annealing")};
     }
-    return std::move(best);  // a structured binding: not moved implicitly
+    return std::move(best);  // a reference into `search`: moved explicitly
   }
 
   Expected<Candidate> Rebuild(Candidate start, int64_t target) {
     std::optional<Search> search = StartSearch(start);
     if (!search) return start;
-    auto& [allowance, free, scratch, used, in, estimate, best, current] = *search;
+    // Plain references, not a structured binding: clang 14 cannot capture
+    // a binding in a lambda.
+    const int64_t allowance = search->allowance;
+    const std::vector<const Node*>& free = search->free;
+    Scratch& scratch = search->scratch;
+    Mask& used = search->used;
+    Mask& in = search->in;
+    Candidate& best = search->best;
+    double& current = search->current;
     Random rng{0x2545F4914F6CDD1Dull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
     std::vector<double> gains;
     std::vector<const Node*> saved_free;
@@ -1064,7 +1081,7 @@ class BudgetSolver {
       current = now.cost;
       if (now.cost < best.ev.cost) best = {CollectMask(in), now, Labelled(best.label, " + rebuild")};
     }
-    return std::move(best);  // a structured binding: not moved implicitly
+    return std::move(best);  // a reference into `search`: moved explicitly
   }
 
   // The multi-output op whose item `v` is, if it is one.
@@ -1081,7 +1098,15 @@ class BudgetSolver {
   Expected<Candidate> InsertAndRepair(Candidate start, int64_t target) {
     std::optional<Search> search = StartSearch(start);
     if (!search) return start;
-    auto& [allowance, free, scratch, used, in, estimate, best, current] = *search;
+    // Plain references, not a structured binding: clang 14 cannot capture
+    // a binding in a lambda.
+    const int64_t allowance = search->allowance;
+    const std::vector<const Node*>& free = search->free;
+    Scratch& scratch = search->scratch;
+    Mask& used = search->used;
+    Mask& in = search->in;
+    Candidate& best = search->best;
+    double& current = search->current;
     Random rng{0x94D049BB133111EBull ^ static_cast<uint64_t>(target) * 0x9E3779B97F4A7C15ull};
     std::vector<uint8_t> is_free(g_.size(), 0);
     for (const Node* v : free) is_free[v->index()] = 1;
@@ -1119,7 +1144,7 @@ class BudgetSolver {
       current = now.cost;
       if (now.cost < best.ev.cost) best = {CollectMask(in), now, Labelled(best.label, " + insert and repair")};
     }
-    return std::move(best);  // a structured binding: not moved implicitly
+    return std::move(best);  // a reference into `search`: moved explicitly
   }
 
   // While `now` (the evaluation of `with`) is over the target: prices every
