@@ -955,16 +955,7 @@ class BudgetSolver {
   Expected<Candidate> Anneal(Candidate start, int64_t target) {
     std::optional<Search> search = StartSearch(start);
     if (!search) return start;
-    // Plain references, not a structured binding: clang 14 cannot capture
-    // a binding in a lambda.
-    const int64_t allowance = search->allowance;
-    const std::vector<const Node*>& free = search->free;
-    Scratch& scratch = search->scratch;
-    Mask& used = search->used;
-    Mask& in = search->in;
-    double& current_estimate = search->estimate;
-    Candidate& best = search->best;
-    double& current = search->current;
+    auto& [allowance, free, scratch, used, in, current_estimate, best, current] = *search;
     std::vector<int32_t> slot(g_.size(), -1);  // index in `free`
     for (size_t i = 0; i < free.size(); ++i) slot[free[i]->index()] = static_cast<int32_t>(i);
     Random rng{0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
@@ -991,7 +982,10 @@ class BudgetSolver {
       const double estimate = Normalize(with, scratch, used);
       if (with == in) continue;
       const double threshold = rng.uniform();
-      auto rejected = [&](double c) { return c > current && threshold >= std::exp(-(c - current) / temperature); };
+      // `now` names `current` for the lambda: clang 14 cannot capture a structured binding.
+      auto rejected = [&, &now = current](double c) {
+        return c > now && threshold >= std::exp(-(c - now) / temperature);
+      };
       // The estimate's change applied to the exact figure: what SearchCost
       // does not model (Note [Searching the saved set]) mostly cancels.
       if (rejected(current + (estimate - current_estimate))) continue;
@@ -1007,21 +1001,13 @@ class BudgetSolver {
       current_estimate = estimate;
       if (tried->cost < best.ev.cost) best = {std::move(saved), *tried, Labelled(best.label, " + annealing")};
     }
-    return std::move(best);  // a reference into `search`: moved explicitly
+    return std::move(best);  // a structured binding: not moved implicitly
   }
 
   Expected<Candidate> Rebuild(Candidate start, int64_t target) {
     std::optional<Search> search = StartSearch(start);
     if (!search) return start;
-    // Plain references, not a structured binding: clang 14 cannot capture
-    // a binding in a lambda.
-    const int64_t allowance = search->allowance;
-    const std::vector<const Node*>& free = search->free;
-    Scratch& scratch = search->scratch;
-    Mask& used = search->used;
-    Mask& in = search->in;
-    Candidate& best = search->best;
-    double& current = search->current;
+    auto& [allowance, free, scratch, used, in, estimate, best, current] = *search;
     Random rng{0x2545F4914F6CDD1Dull ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
     std::vector<double> gains;
     std::vector<const Node*> saved_free;
@@ -1081,7 +1067,7 @@ class BudgetSolver {
       current = now.cost;
       if (now.cost < best.ev.cost) best = {CollectMask(in), now, Labelled(best.label, " + rebuild")};
     }
-    return std::move(best);  // a reference into `search`: moved explicitly
+    return std::move(best);  // a structured binding: not moved implicitly
   }
 
   // The multi-output op whose item `v` is, if it is one.
@@ -1098,15 +1084,7 @@ class BudgetSolver {
   Expected<Candidate> InsertAndRepair(Candidate start, int64_t target) {
     std::optional<Search> search = StartSearch(start);
     if (!search) return start;
-    // Plain references, not a structured binding: clang 14 cannot capture
-    // a binding in a lambda.
-    const int64_t allowance = search->allowance;
-    const std::vector<const Node*>& free = search->free;
-    Scratch& scratch = search->scratch;
-    Mask& used = search->used;
-    Mask& in = search->in;
-    Candidate& best = search->best;
-    double& current = search->current;
+    auto& [allowance, free, scratch, used, in, estimate, best, current] = *search;
     Random rng{0x94D049BB133111EBull ^ static_cast<uint64_t>(target) * 0x9E3779B97F4A7C15ull};
     std::vector<uint8_t> is_free(g_.size(), 0);
     for (const Node* v : free) is_free[v->index()] = 1;
@@ -1138,13 +1116,13 @@ class BudgetSolver {
         continue;
       }
       Evaluation now = *ev;
-      FXREMAT_RETURN_IF_ERROR(Repair(with, now, inserted, target, free, scratch, spent, allowance));
+      FXREMAT_RETURN_IF_ERROR(Repair(*search, with, now, inserted, target, spent));
       if (now.peak > target || now.cost >= current) continue;
       in = std::move(with);
       current = now.cost;
       if (now.cost < best.ev.cost) best = {CollectMask(in), now, Labelled(best.label, " + insert and repair")};
     }
-    return std::move(best);  // a reference into `search`: moved explicitly
+    return std::move(best);  // a structured binding: not moved implicitly
   }
 
   // While `now` (the evaluation of `with`) is over the target: prices every
@@ -1156,9 +1134,8 @@ class BudgetSolver {
   // half of the search's time (a cheaper price, the value's own recompute
   // cost, gave costlier points: the commit log of 1722701).
   static constexpr size_t kRepairTries = 8;
-  Status Repair(Mask& with, Evaluation& now, const Mask& keep, int64_t target, const std::vector<const Node*>& free,
-                Scratch& scratch, int64_t& spent, int64_t allowance) {
-    Mask used;
+  Status Repair(Search& search, Mask& with, Evaluation& now, const Mask& keep, int64_t target, int64_t& spent) {
+    auto& [allowance, free, scratch, used, in, estimate, best, current] = search;
     double with_cost = SearchCost(with, scratch);
     std::vector<std::pair<double, const Node*>> drops;
     while (now.peak > target && spent < allowance) {
