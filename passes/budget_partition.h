@@ -28,8 +28,9 @@
 //      back, the most recompute cost avoided per byte first, as long as the
 //      simulated peak stays within the budget; drops saved values from the min
 //      cut likewise; searches locally (single and pair moves), then anneals,
-//      rebuilds and inserts-and-repairs the saved set (Note [Searching the saved set] in
-//      budget_partition.cpp; graphs of up to 4,096 nodes);
+//      rebuilds, inserts-and-repairs and oscillates across the budget's edge
+//      (Note [Searching the saved set] in budget_partition.cpp; graphs of up
+//      to 4,096 nodes);
 //   5. when budget_milp_max_variables allows, solves Note [Budget MILP] with
 //      CBC and searches locally from its saved set too; the cheaper wins;
 //   6. when offload_bandwidth_gbps is set and the step runs on an accelerator,

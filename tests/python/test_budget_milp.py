@@ -134,6 +134,22 @@ def test_insert_and_repair_finds_the_exchange():
     assert point["recompute_cost"] <= answer.objective * 1.01, (point, answer.objective)
 
 
+def test_oscillation_crosses_the_budget():
+    # random_0024 at the front's 0.75 point: the optimum (205,432) saves the
+    # two matmuls, sum_1, sub and add_5 in place of cheaper values (neg_1-3,
+    # mean, stack, add); every search that stays within the budget,
+    # insert-and-repair included, stopped at 327,680. The oscillation walks through states over the budget to it
+    # (Note [Searching the saved set]).
+    doc = _load("random/random_0024")
+    full = _C.peak_front(doc, {}, None, 5)
+    budget = budget_targets(full)["budget 0.75"]
+    point = next(p for p in full if p["label"] == "budget 0.75")
+    assert point["peak_bytes"] <= budget
+    answer = _milp("random/random_0024", budget)
+    assert answer.status == "optimal"
+    assert point["recompute_cost"] <= answer.objective * 1.01, (point, answer.objective)
+
+
 @pytest.mark.skipif(not _C.budget_milp_solver_available(), reason="fxremat built without COIN-OR CBC")
 def test_milp_candidate_closes_the_gap():
     # With the solver's own MILP candidate (CBC, budget_milp_max_variables),
