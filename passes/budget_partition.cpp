@@ -347,10 +347,15 @@ class BudgetSolver {
            root_[n.index()] && !root_[n.index()]->isPlaceholder();
   }
 
+  // A get_attr (a tensor constant, a higher-order op's subgraph) is never
+  // saved: extraction copies it into every graph that reads it, as the min
+  // cut's partitions have it.
+  static bool Collectable(const Node& n) { return n.op() != OpKind::kGetAttr && !IsAssertOnlySymBool(n); }
+
   std::vector<Node*> Collect(const std::vector<bool>& in) const {
     std::vector<Node*> out;
     for (const auto& up : g_.nodes())
-      if (in[up->index()] && !IsAssertOnlySymBool(*up)) out.push_back(up.get());
+      if (in[up->index()] && Collectable(*up)) out.push_back(up.get());
     return out;
   }
 
@@ -795,7 +800,7 @@ class BudgetSolver {
   std::vector<Node*> CollectMask(const Mask& in) const {
     std::vector<Node*> out;
     for (const auto& up : g_.nodes())
-      if (in[up->index()] && !IsAssertOnlySymBool(*up)) out.push_back(up.get());
+      if (in[up->index()] && Collectable(*up)) out.push_back(up.get());
     return out;
   }
 

@@ -675,10 +675,10 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassific
       break;
     }
   std::set<double> budgets;
-  std::vector<std::string> unannotated;
+  std::vector<const Node*> unannotated;  // named only in the error: most graphs have no budget
   for (const auto& up : g.nodes()) {
     if (up->meta().rare().region_memory_budget) budgets.insert(*up->meta().rare().region_memory_budget);
-    else if (up->isCallFunction() && c.required_by_forward[up->index()]) unannotated.push_back(up->name());
+    else if (up->isCallFunction() && c.required_by_forward[up->index()]) unannotated.push_back(up.get());
   }
   // As the reference (torch 2.13), a budget must cover the higher-order ops'
   // bodies too (Note [Higher-order ops]): every node of every subgraph, nested
@@ -688,7 +688,7 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassific
       if (depth > kMaxSubgraphNesting) return;
       for (const auto& up : sub->nodes()) {
         if (up->meta().rare().region_memory_budget) budgets.insert(*up->meta().rare().region_memory_budget);
-        else if (up->isCallFunction()) unannotated.push_back(up->name());
+        else if (up->isCallFunction()) unannotated.push_back(up.get());
       }
       visit(*sub, depth + 1);
     }
@@ -702,9 +702,9 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassific
   };
   std::vector<std::string> printed;
   for (double b : budgets) printed.push_back(py_float(b));
-  auto quoted = [](const std::vector<std::string>& names) {  // a Python list of str
+  auto quoted = [](const std::vector<const Node*>& nodes) {  // a Python list of str
     std::vector<std::string> out;
-    for (const std::string& n : names) out.push_back("'" + n + "'");
+    for (const Node* n : nodes) out.push_back("'" + n->name() + "'");
     return out;
   };
   if (budgets.size() > 1)

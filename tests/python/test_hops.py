@@ -167,6 +167,24 @@ def test_backend_trains_like_eager(name, compiler, capfd):
         assert capfd.readouterr().out.count("fxremat-effect") == 1
 
 
+@pytest.mark.usefixtures("fresh_compile_state")
+@pytest.mark.parametrize("budget", [0.0, 0.5])
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_peak_budget_with_higher_order_ops(name, budget):
+    # The budget solver's saved sets never hold a subgraph's get_attr (it goes
+    # with every graph that reads it): a budget used to fail on cond / map /
+    # scan / invoke_subgraph with "saved value 'true_graph_1' is neither a
+    # tensor nor a symbolic scalar".
+    model, x = _make(name)
+    compiled_model = copy.deepcopy(model)
+    want = _step(model, x)
+    options = {"compiler": "aot_eager", "activation_memory_budget": budget}
+    got = _step(torch.compile(compiled_model, backend="fxremat", options=options), x)
+    _assert_same_step(got, want)
+    records = fxremat.partition_records()
+    assert records and all(r.fallback is None for r in records), records
+
+
 def _joints(name):
     """The joint graphs AOTAutograd hands the partitioner for this program, each with
     its keyword arguments (captured beside PyTorch's min cut)."""
