@@ -293,7 +293,7 @@ class BudgetSolver {
       if (o) flags_[o->index()] |= kForwardSeed;
     const std::vector<bool> base = BaseSet();
     base_.assign(n, 0);
-    for (const auto& up : g_.nodes()) base_[up->index()] = base[up->index()] && !IsAssertOnlySymBool(*up);
+    for (const auto& up : g_.nodes()) base_[up->index()] = base[up->index()] && Collectable(*up);
   }
 
   int64_t StorageBytesOf(const Node& n) const {
@@ -461,7 +461,7 @@ class BudgetSolver {
     FXREMAT_ASSIGN_OR_RETURN(MinCutSolution mc, SolveMinCut(g_, cut));
     std::vector<Node*> mc_saved;
     for (Node* n : mc.saved_values)
-      if (!IsAssertOnlySymBool(*n)) mc_saved.push_back(n);  // as CutPreparedGraph: the min cut unchanged
+      if (Collectable(*n)) mc_saved.push_back(n);  // as CutPreparedGraph: the min cut unchanged
     FXREMAT_RETURN_IF_ERROR(Add(mc_saved, "min cut"));
     min_cut_ = candidates_.back();
     // The pool for step 4: what the min cut saves and what the backward reads.
@@ -757,10 +757,10 @@ class BudgetSolver {
   //  - Oscillation (Anneal with a penalty, kOscillationRounds rounds, each
   //    from the best so far): the annealing's walk, but a state over the
   //    budget is allowed at a cost of lambda per byte over it, lambda
-  //    adapting (up after each step that ends over the budget, down after
-  //    each within), and most moves guided toward the budget's edge: over it,
-  //    stop saving a value; within it, save one. Only states within the
-  //    budget are recorded. It walks the exchanges whose every path leaves
+  //    adapting (up after each evaluated move that leaves the state over
+  //    the budget, down after each that leaves it within), and most moves
+  //    guided toward the budget's edge: over it, stop saving a value; within
+  //    it, save one. Only states within the budget are recorded. It walks the exchanges whose every path leaves
   //    the budget for a few steps -- save a costly value, then stop saving
   //    several cheap ones, or the reverse -- where insert-and-repair's fixed
   //    order of drops picks the wrong ones. On the MILP corpus it brought
@@ -1003,8 +1003,9 @@ class BudgetSolver {
     Random rng{schedule.seed ^ static_cast<uint64_t>(target) * 0xBF58476D1CE4E5B9ull};
     // The penalty per byte over the budget starts at kPenaltyScale times the
     // larger of the free values' median recompute cost per byte and the
-    // start's cost per budget byte; it grows by kPenaltyStep after each step
-    // that ends over the budget and shrinks by it after each within.
+    // start's cost per budget byte; after each evaluated move it grows by
+    // kPenaltyStep if the state is over the budget and shrinks by it if
+    // within, kept within [1e-3, 1e3] times its start.
     double lambda0 = std::numeric_limits<double>::infinity();
     if (schedule.penalized) {
       std::vector<double> density;
@@ -1049,7 +1050,8 @@ class BudgetSolver {
       const double estimate = Normalize(with, scratch, used);
       if (with == in) continue;
       const double threshold = rng.uniform();
-      const double now = penalized(current, peak);
+      // Within the budget only: the state always is, so `now` is its cost.
+      const double now = schedule.penalized ? penalized(current, peak) : current;
       auto rejected = [&](double f) { return f > now && threshold >= std::exp(-(f - now) / temperature); };
       // The estimate's change applied to the exact figure: what SearchCost
       // does not model (Note [Searching the saved set]) mostly cancels. A
@@ -1061,6 +1063,7 @@ class BudgetSolver {
         if (tried.status().code() != ErrorCode::kBadInput) return tried.status();
         continue;
       }
+      if (!schedule.penalized && tried->peak > target) continue;
       if (tried->peak <= target && tried->cost < best.ev.cost)
         best = {std::move(saved), *tried, Labelled(best.label, schedule.label)};
       if (!rejected(penalized(tried->cost, tried->peak))) {

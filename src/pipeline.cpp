@@ -229,10 +229,14 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   // The order AOTAutograd's reference gives its graphs: the min cut always
   // mimics the autograd engine in the backward, the default partition when
   // checkpoint tags made it recompute; getitems follow their producers.
-  FXREMAT_ASSIGN_OR_RETURN(bool has_recompute_tags, HasRecomputableOps(*g));
+  // (The min cut needs no look: it reorders either way.)
+  bool reorder = request.partitioner == "mincut";
+  if (!reorder) {
+    FXREMAT_ASSIGN_OR_RETURN(reorder, HasRecomputableOps(*g));
+  }
   // 3., 4. and 5.
   FXREMAT_RETURN_IF_ERROR(RunPartitionPass("functionalize-rng", p, pass_options).status());
-  if (request.partitioner == "mincut" || has_recompute_tags)
+  if (reorder)
     FXREMAT_RETURN_IF_ERROR(RunGraphPass("reorder-backward", *p.backward, pass_options).status());
   FXREMAT_RETURN_IF_ERROR(RunGraphPass("raise-getitems", *p.forward, pass_options).status());
   FXREMAT_RETURN_IF_ERROR(RunGraphPass("raise-getitems", *p.backward, pass_options).status());
