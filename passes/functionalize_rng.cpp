@@ -33,12 +33,28 @@ ValueFacts RngStateFacts(const std::string& device) {
   return f;
 }
 
-// The op's arguments after the operator (run_and_save_rng_state(op, *args),
-// run_with_rng_state(state, op, *args)).
-std::vector<Argument> WithOp(std::vector<Argument> head, const Node& random_op) {
-  head.push_back(Argument::Op(random_op.target()));
-  head.insert(head.end(), random_op.args().begin(), random_op.args().end());
-  return head;
+// The op's arguments after the operator (run_and_save_rng_state(op, *args,
+// **kwargs), run_with_rng_state(state, op, *args, **kwargs)). torch's
+// run_and_save_rng_state picks its generator from a `device` keyword or else
+// from the first tensor argument: an op with neither (Inductor's
+// prims.inductor_seeds(count, device)) would find no backend. A device passed
+// by position goes by keyword, with the positions after it.
+struct WrappedCall {
+  std::vector<Argument> args;
+  Kwargs kwargs;
+};
+WrappedCall WithOp(std::vector<Argument> head, const Node& random_op) {
+  WrappedCall call{std::move(head), random_op.kwargs()};
+  call.args.push_back(Argument::Op(random_op.target()));
+  const OpInfo* info = random_op.opInfo();
+  const int device = info && info->hasSchema() ? info->schema.argumentIndex("device") : -1;
+  const size_t by_position = device >= 0 ? std::min(random_op.args().size(), static_cast<size_t>(device))
+                                         : random_op.args().size();
+  call.args.insert(call.args.end(), random_op.args().begin(),
+                   random_op.args().begin() + static_cast<std::ptrdiff_t>(by_position));
+  for (size_t i = by_position; i < random_op.args().size(); ++i)
+    call.kwargs.emplace_back(info->schema.arguments[i].name, random_op.args()[i]);
+  return call;
 }
 
 // A name free in both graphs (and so in the joint graph's namespace as
@@ -86,8 +102,9 @@ Expected<bool> FunctionalizeRng(Partition& p) {
 
     // Forward: (state, result) = run_and_save_rng_state(op, *args); the result
     // takes over the op's name and uses.
+    WrappedCall call = WithOp({}, *f);
     Node* run = fw.createNodeBefore(f, OpKind::kCallFunction, fw.uniqueName("run_and_save_rng_state"), kRunAndSave,
-                                    WithOp({}, *f), f->kwargs());
+                                    std::move(call.args), std::move(call.kwargs));
     run->val().kind = ValueFacts::Kind::kTuple;
     run->val().items = {state_facts, f->val()};
     run->meta().stack_trace = f->meta().stack_trace;
@@ -114,7 +131,8 @@ Expected<bool> FunctionalizeRng(Partition& p) {
     Node* state_in = bw.createNodeBefore(before, OpKind::kPlaceholder, state_name, state_name);
     state_in->setRole(PlaceholderRole::kSaved);
     state_in->val() = state_facts;
-    ReplaceNode(bw, b, b, kRunWith, WithOp({Argument::NodeRef(state_in)}, *b), b->kwargs());
+    WrappedCall replay = WithOp({Argument::NodeRef(state_in)}, *b);
+    ReplaceNode(bw, b, b, kRunWith, std::move(replay.args), std::move(replay.kwargs));
 
     SavedValue v;
     v.name = state_name;

@@ -106,6 +106,31 @@ def test_backend_under_inductor_equals_pytorch():
     torch.testing.assert_close(got[1], want[1])
 
 
+@pytest.mark.usefixtures("fresh_compile_state")
+@pytest.mark.parametrize("policy", ["nothing_saveable", "dots_saveable"])
+def test_a_policy_replays_inductors_seeds(policy):
+    """A policy tags Inductor's seed op, prims.inductor_seeds(count, device),
+    for recompute; it has no tensor argument, so its replay passes the device
+    by keyword (torch's run_and_save_rng_state finds no backend otherwise:
+    "Backend not supported for None"). The backward replays the forward's
+    draw: the gradient is that of the mask the forward's output shows."""
+    x = torch.randn(16, 16)
+    torch._dynamo.reset()
+    compiled = torch.compile(_one_dropout, backend="fxremat", options={"policy": policy})
+    xg = x.clone().requires_grad_()
+    torch.manual_seed(5)
+    out = compiled(xg)
+    out.backward(torch.ones_like(out))
+    kept = (out != 0).float()  # y = sin(2 * sigmoid(x) * mask): 0 exactly where dropped
+    assert 0 < kept.mean() < 1
+    s = torch.sigmoid(x)
+    torch.testing.assert_close(xg.grad, torch.cos(2 * s * kept) * kept * 2 * s * (1 - s))
+    records = fxremat.partition_records()
+    assert records and all(r.fallback is None for r in records), records
+    replayed = [v for r in records for v in r.signature["saved"] if v["name"].startswith("rng_state_")]
+    assert replayed, [v["name"] for r in records for v in r.signature["saved"]]
+
+
 def _joints(fn):
     joints, backend, _ = capturing_backend()
     torch._dynamo.reset()
