@@ -180,6 +180,16 @@ Expected<std::unique_ptr<Graph>> PrepareBudgetGraph(const Graph& joint, const Pa
 
 Expected<std::vector<FrontPoint>> RunPeakFront(const Graph& joint, const PartitionRequest& request, int points) {
   if (points < 1 || points > 1000) return Status::BadInput(fmt::format("--points takes 1 to 1000, not {}", points));
+  // The front spans every budget on the peak (activation_memory_budget, which
+  // the ambient config may set, is not read); a byte budget or PyTorch's
+  // saved-bytes objective would be ignored, so it is refused.
+  if (request.mincut.memory_budget_bytes)
+    return Status::BadInput(fmt::format("the front spans every budget: memory_budget_bytes ({}) does not apply to it; "
+                                        "use partition for one budget",
+                                        *request.mincut.memory_budget_bytes));
+  if (request.mincut.budget_objective != "peak")
+    return Status::BadInput(fmt::format("the front is of the peak objective: budget_objective={} does not apply to it",
+                                        request.mincut.budget_objective));
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareBudgetGraph(joint, request));
   return PeakFront(*prepared, request.mincut, points);
 }

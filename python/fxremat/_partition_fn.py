@@ -265,6 +265,7 @@ class PartitionRecord:
     signature: dict = field(repr=False)
     dump_dir: str | None = None
     fallback: str | None = None  # why the PyTorch partitioner was used instead, if it was
+    pareto_dir: str | None = None  # where the front went (the backend's pareto_dir), if asked
 
 
 _RECORDS: collections.deque[PartitionRecord] = collections.deque(maxlen=1024)
@@ -836,15 +837,8 @@ _DUMP_COUNTER = 0
 _DUMP_LOCK = threading.Lock()
 
 
-def dump_partition(dump_dir: str | os.PathLike, fw: fx.GraphModule, bw: fx.GraphModule, signature: dict,
-                   joint_module: fx.GraphModule | None = None, label: str | None = None) -> str:
-    """Writes ``forward.json.gz``, ``backward.json.gz``, ``signature.json`` and
-    ``residuals.txt`` to a new directory under ``dump_dir``; returns its path."""
-    import json
-
-    from . import _residuals
-    from ._format import save
-
+def _new_dump_directory(parent: str | os.PathLike, kind: str, label: str | None) -> str:
+    """A new directory ``<kind>_<pid>_<n>[_<compile id>]`` under ``parent``."""
     global _DUMP_COUNTER
     with _DUMP_LOCK:
         index = _DUMP_COUNTER
@@ -857,9 +851,53 @@ def dump_partition(dump_dir: str | os.PathLike, fw: fx.GraphModule, bw: fx.Graph
             label = str(cid) if cid is not None else None
         except Exception:  # noqa: BLE001 - a label is cosmetic
             label = None
-    name = f"partition_{os.getpid()}_{index:03d}" + (f"_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}" if label else "")
-    path = os.path.join(os.fspath(dump_dir), name)
+    name = f"{kind}_{os.getpid()}_{index:03d}" + (f"_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}" if label else "")
+    path = os.path.join(os.fspath(parent), name)
     os.makedirs(path, exist_ok=True)
+    return path
+
+
+# The options that fix one budget: the front spans them all (RunPeakFront refuses
+# memory_budget_bytes and budget_objective=saved; activation_memory_budget is unused).
+_ONE_BUDGET_OPTIONS = ("activation_memory_budget", "memory_budget_bytes", "budget_objective")
+
+
+def write_front(pareto_dir: str | os.PathLike, joint_module: fx.GraphModule, num_fwd_outputs: int,
+                options: dict[str, str], policy: Any = None,
+                static_lifetime_input_indices: Sequence[int] | None = None, points: int = 20) -> str:
+    """The backend's ``pareto_dir``: the joint graph's front (``fxremat.pareto``'s
+    points, with the partition's options but its budget) as ``front.json`` and
+    ``front.svg`` in a new directory under ``pareto_dir``; returns its path."""
+    import json
+
+    from ._format import to_json
+    from ._partition import _extension, _option_text, plot_front
+
+    doc = to_json(joint_module, kind="joint", num_fwd_outputs=num_fwd_outputs, constants="reference")
+    if doc.get("symbols"):
+        _add_dim_hints(doc, joint_module.graph)
+    opts = {k: v for k, v in options.items() if k not in _ONE_BUDGET_OPTIONS}
+    if static_lifetime_input_indices is not None:
+        opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
+    front = list(_extension().peak_front(doc, opts, policy=policy, points=int(points)))
+    path = _new_dump_directory(pareto_dir, "front", None)
+    with open(os.path.join(path, "front.json"), "w") as f:
+        json.dump({"points": front}, f, indent=1)
+        f.write("\n")
+    plot_front(front, os.path.join(path, "front.svg"), title=os.path.basename(path))
+    return path
+
+
+def dump_partition(dump_dir: str | os.PathLike, fw: fx.GraphModule, bw: fx.GraphModule, signature: dict,
+                   joint_module: fx.GraphModule | None = None, label: str | None = None) -> str:
+    """Writes ``forward.json.gz``, ``backward.json.gz``, ``signature.json`` and
+    ``residuals.txt`` to a new directory under ``dump_dir``; returns its path."""
+    import json
+
+    from . import _residuals
+    from ._format import save
+
+    path = _new_dump_directory(dump_dir, "partition", label)
     save(fw, os.path.join(path, "forward.json.gz"), kind="forward")
     save(bw, os.path.join(path, "backward.json.gz"), kind="backward")
     with open(os.path.join(path, "signature.json"), "w") as f:
@@ -930,7 +968,8 @@ class FxrematPartitionFn:
 
     def __init__(self, partitioner: str = "mincut", options: dict | None = None, *, policy: Any = None,
                  offload_target: str = "torch", barrier: bool = False, keep_annotations: bool = False,
-                 dump_dir: str | os.PathLike | None = None, fallback: bool = False) -> None:
+                 dump_dir: str | os.PathLike | None = None, fallback: bool = False,
+                 pareto_dir: str | os.PathLike | None = None) -> None:
         from ._partition import PipelineRequest
 
         self.partitioner = partitioner
@@ -942,6 +981,10 @@ class FxrematPartitionFn:
         self.policy = policy
         self.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
         self.fallback = bool(fallback)
+        if pareto_dir is not None and partitioner != "mincut":
+            raise ValueError(f"fxremat: pareto_dir needs the mincut partitioner (the front is the budget solver's), "
+                             f"not {partitioner!r}")
+        self.pareto_dir = os.fspath(pareto_dir) if pareto_dir is not None else None
 
     def __repr__(self) -> str:
         extra = ""
@@ -955,7 +998,7 @@ class FxrematPartitionFn:
     def uuid(self) -> str:
         """A key for compile caches (Inductor's ``CustomPartitionerFn`` protocol)."""
         return hashlib.sha256(repr((_implementation_hash(), self.partitioner, sorted(self.extension_options.items()),
-                                    self.request.describe(), self.dump_dir, self.fallback,
+                                    self.request.describe(), self.dump_dir, self.fallback, self.pareto_dir,
                                     ambient_config_key())).encode()).hexdigest()
 
     @property
@@ -995,11 +1038,18 @@ class FxrematPartitionFn:
             td = time.perf_counter()
             where = dump_partition(self.dump_dir, split.forward, split.backward, split.signature, joint_module)
             seconds["dump"] = time.perf_counter() - td
+        front = None
+        if self.pareto_dir is not None:
+            tp = time.perf_counter()
+            front = write_front(self.pareto_dir, joint_module, num_fwd_outputs, options, self.request.policy,
+                                static_lifetime_input_indices)
+            seconds["pareto"] = time.perf_counter() - tp
         seconds["total"] = time.perf_counter() - t0
         _record(PartitionRecord(
             partitioner=self.partitioner, joint_nodes=nodes, forward_nodes=split.forward_nodes,
             backward_nodes=split.backward_nodes, saved_bytes=int(split.signature["saved_bytes"]),
-            num_saved=len(split.signature["saved"]), seconds=seconds, signature=split.signature, dump_dir=where))
+            num_saved=len(split.signature["saved"]), seconds=seconds, signature=split.signature, dump_dir=where,
+            pareto_dir=front))
         return split.forward, split.backward
 
     def _dropped_in_fallback(self, joint_module: fx.GraphModule) -> list[str]:
@@ -1056,8 +1106,8 @@ class FxrematPartitionFn:
 
 def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, policy: Any = None,
                  offload_target: str = "torch", barrier: bool = False, keep_annotations: bool = False,
-                 dump_dir: str | os.PathLike | None = None,
-                 fallback: bool = False) -> Callable[..., tuple[fx.GraphModule, fx.GraphModule]]:
+                 dump_dir: str | os.PathLike | None = None, fallback: bool = False,
+                 pareto_dir: str | os.PathLike | None = None) -> Callable[..., tuple[fx.GraphModule, fx.GraphModule]]:
     """A ``partition_fn`` for AOTAutograd backed by fxremat's C++ partitioner.
 
     Use it as ``aot_autograd(fw_compiler=..., partition_fn=fxremat.partition_fn())`` or
@@ -1095,10 +1145,14 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     arguments), use PyTorch's partitioner of the same name (with the min-cut
     ``options`` as config patches) and warn, naming what that drops (the policy, offload
     settings, ``dump_dir``), instead of raising :class:`fxremat.UnsupportedGraphError`.
+    ``pareto_dir`` (``"mincut"``): for every joint graph, its step-peak / recompute-cost
+    front (:func:`fxremat.pareto`'s 20 budgets, with ``options`` but their budget) as
+    ``front.json`` and ``front.svg`` in a new directory under it.
 
     The callable also has ``uuid()``, so the backend can hand it to Inductor as a
     ``CustomPartitionerFn``. Each call appends a :class:`PartitionRecord` (phase times,
     saved bytes) to :func:`partition_records`.
     """
     return FxrematPartitionFn(partitioner, options, policy=policy, offload_target=offload_target, barrier=barrier,
-                              keep_annotations=keep_annotations, dump_dir=dump_dir, fallback=fallback)
+                              keep_annotations=keep_annotations, dump_dir=dump_dir, fallback=fallback,
+                              pareto_dir=pareto_dir)

@@ -39,6 +39,10 @@ Options (``options={...}``), all optional:
                             AOTAutograd cache for the compile, so that partitioning runs)
 ``dump``                    ``True``: as ``dump_dir`` with ``$FXREMAT_DUMP_DIR`` or
                             ``./fxremat_dump``
+``pareto_dir``              write each joint graph's step-peak / recompute-cost front
+                            (``fxremat.pareto``, 20 budgets) as ``front.json`` and
+                            ``front.svg`` to a new directory under it (mincut only;
+                            disables the AOTAutograd cache like ``dump_dir``)
 ``fallback``                ``True``: graphs the format cannot encode (opaque inputs
                             such as ``BackwardState``, dict arguments such as
                             flex_attention's kernel options) go to PyTorch's
@@ -81,7 +85,7 @@ from ._partition_fn import MINCUT_OPTIONS, check_partitioner, partition_fn
 
 COMPILERS = ("inductor", "aot_eager", "eager")
 BACKEND_OPTIONS = ("compiler", "partitioner", "policy", "offload_target", "barrier", "keep_annotations", "dump_dir",
-                   "dump", "fallback")
+                   "dump", "fallback", "pareto_dir")
 
 
 @dataclass
@@ -94,6 +98,7 @@ class BackendOptions:
     keep_annotations: bool = False
     dump_dir: str | None = None
     fallback: bool = False
+    pareto_dir: str | None = None
     mincut: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -121,6 +126,12 @@ class BackendOptions:
             raise TypeError(f"fxremat backend: dump_dir must be a path, got {type(dump_dir).__name__}")
         o.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
         o.fallback = bool(options.pop("fallback", False))
+        pareto_dir = options.pop("pareto_dir", None)
+        if pareto_dir is not None and not isinstance(pareto_dir, (str, os.PathLike)):
+            raise TypeError(f"fxremat backend: pareto_dir must be a path, got {type(pareto_dir).__name__}")
+        if pareto_dir is not None and o.partitioner != "mincut":
+            raise ValueError(f"fxremat backend: pareto_dir needs the mincut partitioner, not {o.partitioner!r}")
+        o.pareto_dir = os.fspath(pareto_dir) if pareto_dir is not None else None
         o.mincut = options  # only min-cut names are left
         if o.compiler == "inductor" and o.partitioner == "mincut":
             # The budget bounds the peak of the graphs as Inductor runs them, which
@@ -191,10 +202,11 @@ def fxremat_backend(gm, example_inputs: Sequence[Any], *, options: dict | None =
 
     o = BackendOptions.parse(options)
     pf = partition_fn(o.partitioner, o.mincut, policy=o.policy, offload_target=o.offload_target, barrier=o.barrier,
-                      keep_annotations=o.keep_annotations, dump_dir=o.dump_dir, fallback=o.fallback)
+                      keep_annotations=o.keep_annotations, dump_dir=o.dump_dir, fallback=o.fallback,
+                      pareto_dir=o.pareto_dir)
     # Partitioning happens while this function runs; a cache hit in the AOTAutograd
     # cache would skip it, and with it the dump.
-    patches = {"enable_autograd_cache": False} if o.dump_dir is not None else {}
+    patches = {"enable_autograd_cache": False} if o.dump_dir is not None or o.pareto_dir is not None else {}
     with torch._functorch.config.patch(patches):
         if o.compiler == "inductor":
             from torch._inductor.compile_fx import compile_fx

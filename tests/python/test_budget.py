@@ -148,6 +148,51 @@ def test_python_pareto_matches_cli_and_plots(tmp_path):
         [(p["label"], p["peak_bytes"]) for p in json.loads((tmp_path / "f.json").read_text())["points"]]
 
 
+@pytest.mark.parametrize("cli_args,options", [
+    (["--memory-budget", "10"], {"memory_budget_bytes": "10"}),
+    (["--config", "budget_objective=saved"], {"budget_objective": "saved"}),
+])
+def test_pareto_refuses_a_single_budget(tmp_path, cli_args, options):
+    # The front spans every budget: an option that fixes one would be ignored.
+    # Exit 2 / ValueError, and no file written.
+    out = tmp_path / "front.json"
+    done = subprocess.run([os.path.join(REPO, "build", "fxremat"), "pareto", LLAMA, "-o", str(out), *cli_args],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "does not apply" in done.stderr, done.stderr
+    assert not out.exists()
+    with pytest.raises(ValueError, match="does not apply"):
+        fxremat.pareto(fxremat.load(LLAMA), points=3, options=options)
+
+
+def test_backend_pareto_dir_writes_each_graphs_front(fresh_compile_state, tmp_path):
+    # One front per compiled joint graph (a graph break gives two), with the
+    # partition's options but its budget; the step itself is partitioned at
+    # the budget asked for and trains like eager.
+    def f(x, w1, w2):
+        h = torch.tanh(x @ w1).relu() @ w2
+        torch._dynamo.graph_break()
+        return torch.sin(h).sum()
+
+    torch.manual_seed(0)
+    args = [torch.randn(8, 16, requires_grad=True), torch.randn(16, 32, requires_grad=True),
+            torch.randn(32, 16, requires_grad=True)]
+    want = torch.autograd.grad(f(*args), args)
+    options = {"compiler": "aot_eager", "activation_memory_budget": 0.5, "pareto_dir": str(tmp_path)}
+    got = torch.autograd.grad(torch.compile(f, backend="fxremat", options=options)(*args), args)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    records = fxremat.partition_records()
+    assert len(records) == 2 and all(r.pareto_dir for r in records), records
+    for r in records:
+        front = json.loads(open(os.path.join(r.pareto_dir, "front.json")).read())["points"]
+        assert [p["label"] for p in front if p["label"].startswith("budget ")] == \
+            [f"budget {i / 19:.2f}" for i in range(20)]
+        assert any(p["label"] == "min cut" for p in front)
+        assert os.path.getsize(os.path.join(r.pareto_dir, "front.svg")) > 0
+    with pytest.raises(ValueError, match="pareto_dir needs the mincut partitioner"):
+        fxremat.partition_fn("default", pareto_dir=str(tmp_path))
+
+
 def test_gpt2_trains_under_inductor_at_budget_0_3(fresh_compile_state):
     """A 2-layer GPT-2 trains 3 steps under torch.compile(backend="fxremat") at
     activation_memory_budget=0.3 with Inductor, equal to eager."""
