@@ -760,12 +760,14 @@ class BudgetSolver {
   //    adapting (up after each evaluated move that leaves the state over
   //    the budget, down after each that leaves it within), and most moves
   //    guided toward the budget's edge: over it, stop saving a value; within
-  //    it, save one. Only states within the budget are recorded. It walks the exchanges whose every path leaves
-  //    the budget for a few steps -- save a costly value, then stop saving
-  //    several cheap ones, or the reverse -- where insert-and-repair's fixed
-  //    order of drops picks the wrong ones. On the MILP corpus it brought
-  //    the points within 1% of the optimum from 159 to 168 of 174
-  //    (docs/benchmarks_budget_milp.md), for about twice the search time.
+  //    it, save one. Only states within the budget are recorded. It walks
+  //    the exchanges whose every path leaves the budget for a few steps --
+  //    save a costly value, then stop saving several cheap ones, or the
+  //    reverse -- where insert-and-repair's fixed order of drops picks the
+  //    wrong ones. On the MILP corpus it brought the points within 1% of the
+  //    optimum from 159 to 168 of 174 (docs/benchmarks_budget_milp.md); the
+  //    20-point fronts of the budget benchmark's 1,000-1,900-node models
+  //    take about 1.7 times as long (docs/benchmarks_budget.md).
   // The annealing prices a move before emitting it (SearchCost: extraction's
   // plan on flat arrays, PartitionRecomputeCost's figure in O(nodes)) and
   // emits and simulates only the moves that pass on cost; every cost and peak
@@ -1073,7 +1075,8 @@ class BudgetSolver {
         current_estimate = estimate;
       }
       if (schedule.penalized)
-        lambda = peak > target ? std::min(lambda * kPenaltyStep, lambda0 * 1e3) : std::max(lambda / kPenaltyStep, lambda0 * 1e-3);
+        lambda = peak > target ? std::min(lambda * kPenaltyStep, lambda0 * 1e3)
+                               : std::max(lambda / kPenaltyStep, lambda0 * 1e-3);
     }
     return std::move(best);  // a structured binding: not moved implicitly
   }

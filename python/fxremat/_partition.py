@@ -240,6 +240,16 @@ def partition(
                      signature=signature)
 
 
+def peak_front(doc: dict, opts: dict[str, str], policy_json: str | None, points: int) -> list[dict]:
+    """The extension's front of a joint-graph document, given validated extension
+    options and the policy's JSON text (``PipelineRequest.policy``)."""
+    try:  # JSON text: the extension's fast reader (as partition_document)
+        text: Any = json.dumps(doc, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        text = doc
+    return list(_extension().peak_front(text, opts, policy=policy_json, points=int(points)))
+
+
 def pareto(joint: Any, points: int = 20, options: dict | None = None, *, policy: Any = None,
            plot: Any = None) -> list[dict]:
     """The step-peak / recompute-cost front of a joint graph (Note [Peak budget],
@@ -254,12 +264,7 @@ def pareto(joint: Any, points: int = 20, options: dict | None = None, *, policy:
 
     request = PipelineRequest.make(policy)
     opts = check_partitioner("mincut", options)
-    doc = _document(joint)
-    try:  # JSON text: the extension's fast reader (as partition_document)
-        text: Any = json.dumps(doc, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError):
-        text = doc
-    front = list(_extension().peak_front(text, opts, policy=request.policy, points=int(points)))
+    front = peak_front(_document(joint), opts, request.policy, points)
     if plot is not None:
         plot_front(front, plot, title=getattr(joint, "name", None) or "joint graph")
     return front

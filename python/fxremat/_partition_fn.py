@@ -777,6 +777,23 @@ class _NoGC:
             gc.enable()
 
 
+def joint_document(joint_module: fx.GraphModule, num_fwd_outputs: int) -> dict:
+    """The document the extension partitions a joint graph from, symbol hints added."""
+    from ._format import to_json
+
+    doc = to_json(joint_module, kind="joint", num_fwd_outputs=num_fwd_outputs, constants="reference")
+    # Stack traces are most of the document's text and the partitioner does
+    # not read them; the built graphs take them from the joint graph's meta.
+    doc.pop("stack_traces", None)
+    for entry in doc["nodes"]:
+        meta = entry.get("meta")
+        if meta:
+            meta.pop("stack_trace_index", None)
+    if doc.get("symbols"):
+        _add_dim_hints(doc, joint_module.graph)
+    return doc
+
+
 def split_joint(
     joint_module: fx.GraphModule,
     num_fwd_outputs: int,
@@ -794,22 +811,14 @@ def split_joint(
     ``doc`` is the joint graph's document, when the caller has it. ``request``: the
     policy and the other pipeline settings (:class:`fxremat._partition.PipelineRequest`).
     """
-    from ._format import to_json
     from ._partition import _option_text, partition_document
 
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     with _NoGC():
         if doc is None:
-            doc = to_json(joint_module, kind="joint", num_fwd_outputs=num_fwd_outputs, constants="reference")
-            # Stack traces are most of the document's text and the partitioner does
-            # not read them; the built graphs take them from the joint graph's meta.
-            doc.pop("stack_traces", None)
-            for entry in doc["nodes"]:
-                meta = entry.get("meta")
-                if meta:
-                    meta.pop("stack_trace_index", None)
-        if doc.get("symbols"):
+            doc = joint_document(joint_module, num_fwd_outputs)
+        elif doc.get("symbols"):
             _add_dim_hints(doc, joint_module.graph)
         t1 = time.perf_counter()
         opts = dict(options or {})
@@ -870,16 +879,12 @@ def write_front(pareto_dir: str | os.PathLike, joint_module: fx.GraphModule, num
     ``front.svg`` in a new directory under ``pareto_dir``; returns its path."""
     import json
 
-    from ._format import to_json
-    from ._partition import _extension, _option_text, plot_front
+    from ._partition import _option_text, peak_front, plot_front
 
-    doc = to_json(joint_module, kind="joint", num_fwd_outputs=num_fwd_outputs, constants="reference")
-    if doc.get("symbols"):
-        _add_dim_hints(doc, joint_module.graph)
     opts = {k: v for k, v in options.items() if k not in _ONE_BUDGET_OPTIONS}
     if static_lifetime_input_indices is not None:
         opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
-    front = list(_extension().peak_front(doc, opts, policy=policy, points=int(points)))
+    front = peak_front(joint_document(joint_module, num_fwd_outputs), opts, policy, points)
     path = _new_dump_directory(pareto_dir, "front", None)
     with open(os.path.join(path, "front.json"), "w") as f:
         json.dump({"points": front}, f, indent=1)

@@ -88,6 +88,12 @@ BACKEND_OPTIONS = ("compiler", "partitioner", "policy", "offload_target", "barri
                    "dump", "fallback", "pareto_dir")
 
 
+def _path_option(name: str, value: Any) -> str | None:
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"fxremat backend: {name} must be a path, got {type(value).__name__}")
+    return os.fspath(value) if value is not None else None
+
+
 @dataclass
 class BackendOptions:
     compiler: str = "inductor"
@@ -122,16 +128,10 @@ class BackendOptions:
         dump_dir = options.pop("dump_dir", None)
         if options.pop("dump", False) and dump_dir is None:
             dump_dir = os.environ.get("FXREMAT_DUMP_DIR") or "fxremat_dump"
-        if dump_dir is not None and not isinstance(dump_dir, (str, os.PathLike)):
-            raise TypeError(f"fxremat backend: dump_dir must be a path, got {type(dump_dir).__name__}")
-        o.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
+        o.dump_dir = _path_option("dump_dir", dump_dir)
         o.fallback = bool(options.pop("fallback", False))
-        pareto_dir = options.pop("pareto_dir", None)
-        if pareto_dir is not None and not isinstance(pareto_dir, (str, os.PathLike)):
-            raise TypeError(f"fxremat backend: pareto_dir must be a path, got {type(pareto_dir).__name__}")
-        if pareto_dir is not None and o.partitioner != "mincut":
-            raise ValueError(f"fxremat backend: pareto_dir needs the mincut partitioner, not {o.partitioner!r}")
-        o.pareto_dir = os.fspath(pareto_dir) if pareto_dir is not None else None
+        # partition_fn refuses it with another partitioner than mincut.
+        o.pareto_dir = _path_option("pareto_dir", options.pop("pareto_dir", None))
         o.mincut = options  # only min-cut names are left
         if o.compiler == "inductor" and o.partitioner == "mincut":
             # The budget bounds the peak of the graphs as Inductor runs them, which
