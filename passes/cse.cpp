@@ -64,7 +64,8 @@ bool AppendKey(const Argument& a, const std::vector<Node*>& representative, std:
       return true;
     }
     case Argument::Kind::kList:
-      AppendTagged(key, '[', a.list.size());
+    case Argument::Kind::kDict:  // its items are [key, value] lists
+      AppendTagged(key, a.kind == Argument::Kind::kList ? '[' : '{', a.list.size());
       for (const Argument& item : a.list)
         if (!AppendKey(item, representative, key)) return false;
       return true;

@@ -612,8 +612,14 @@ Status VerifyGraph(const Graph& graph) {
             fmt::format("get_attr of '{}', which neither \"constants\" nor \"subgraphs\" holds", n.target()), where);
       if (!n.args().empty() || !n.kwargs().empty()) return Status::BadInput("a get_attr node takes no arguments", where);
     }
-    if (n.isOutput() && (n.args().size() != 1 || n.args()[0].kind != Argument::Kind::kList))
-      return Status::BadInput("the output node must have one argument, a list of values", where);
+    // Note [Single-value outputs]
+    if (n.isOutput() && !(n.args().size() == 1 && (n.args()[0].kind == Argument::Kind::kList ||
+                                                   (n.args()[0].kind == Argument::Kind::kNode &&
+                                                    graph.kind() == GraphKind::kPlain))))
+      return Status::BadInput(graph.kind() == GraphKind::kPlain
+                                  ? "the output node must have one argument, a list of values or one value"
+                                  : "the output node must have one argument, a list of values",
+                              where);
   }
   // A symbol's hint may be any integer: a symbol need not be a size (an integer
   // argument Dynamo made dynamic: index_add's alpha=-1, a negative padding); a

@@ -496,6 +496,12 @@ Status GraphReader<V>::ReadGraphFacts(const V& doc) {
   auto kind = GraphKindFromName(kind_field->str());
   if (!kind) return Fail("/kind", fmt::format("unknown graph kind '{}'", kind_field->str()));
   graph_->setKind(*kind);
+  if (auto returns_list = doc.find("returns_list")) {  // format 1.6 (Note [Single-value outputs])
+    if (returns_list->kind() != JKind::kBool) return Fail("/returns_list", "expected true or false");
+    if (returns_list->boolean() && *kind != GraphKind::kPlain)
+      return Fail("/returns_list", "only a plain graph may return a list");
+    graph_->setReturnsList(returns_list->boolean());
+  }
 
   if (*kind == GraphKind::kJoint) {
     auto joint = doc.find("joint");
@@ -868,6 +874,26 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
         }
         return Argument::Complex(parts[0], parts[1]);
       }
+      if (key == "dict") {  // a dict with string keys: [[key, value], ...], in order
+        const JsonPath dict_path(path, "dict");
+        if (value.kind() != JKind::kArray) return Fail(dict_path, "a dict argument is {\"dict\": [[key, value], ...]}");
+        if (depth >= kMaxArgumentNesting)
+          return Fail(path, fmt::format("arguments nest deeper than {} levels", kMaxArgumentNesting));
+        std::vector<Argument> items;
+        std::set<std::string, std::less<>> keys;
+        size_t i = 0;
+        FXREMAT_RETURN_IF_ERROR(value.each([&](const V& item) -> Status {
+          const JsonPath item_path(dict_path, i++);
+          if (item.kind() != JKind::kArray || item.size() != 2 || item.at(0).kind() != JKind::kString)
+            return Fail(item_path, "a dict item is [key, value] with a string key");
+          if (!keys.emplace(item.at(0).str()).second)
+            return Fail(item_path, fmt::format("the key '{}' is given twice", item.at(0).str()));
+          FXREMAT_ASSIGN_OR_RETURN(Argument v, ReadArgument(item.at(1), JsonPath(item_path, 1), node_name, depth + 1));
+          items.push_back(Argument::List({Argument::String(std::string(item.at(0).str())), std::move(v)}));
+          return Status::Ok();
+        }));
+        return Argument::Dict(std::move(items));
+      }
       if (value.kind() != JKind::kString) break;
       const std::string_view text = value.str();
       if (key == "float") {
@@ -1053,7 +1079,11 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
     }
   }
   if (op == OpKind::kOutput) {
-    if (args.size() != 1 || args[0].kind != Argument::Kind::kList)
+    // Note [Single-value outputs]: a plain graph may return one value itself.
+    const bool single = args.size() == 1 && args[0].kind == Argument::Kind::kNode;
+    if (single && graph_->kind() != GraphKind::kPlain)
+      return Fail(JsonPath(path, "args"), "only a plain graph returns a single value; this graph returns a list");
+    if (!single && (args.size() != 1 || args[0].kind != Argument::Kind::kList))
       return Fail(JsonPath(path, "args"), "the output node takes one argument: a list of output values");
     for (size_t i = 0; i < args[0].list.size(); ++i) {
       const Argument& a = args[0].list[i];
@@ -1338,6 +1368,11 @@ ojson ArgumentToJson(const Argument& a) {
     case Argument::Kind::kLayout: return ojson{{"layout", a.text}};
     case Argument::Kind::kMemoryFormat: return ojson{{"memory_format", a.text}};
     case Argument::Kind::kOp: return ojson{{"op", a.text}};
+    case Argument::Kind::kDict: {  // {"dict": [[key, value], ...]}, in order
+      ojson items = ojson::array();
+      for (const Argument& item : a.list) items.push_back(ArgumentToJson(item));
+      return ojson{{"dict", std::move(items)}};
+    }
     case Argument::Kind::kComplex:
       return ojson{{"complex", ojson::array({ArgumentToJson(Argument::Double(a.double_value)),
                                             ArgumentToJson(Argument::Double(a.imag_value))})}};
@@ -1422,6 +1457,13 @@ void WriteArgument(JsonStreamWriter& w, const Argument& a) {
     case Argument::Kind::kLayout: return tagged("layout", a.text);
     case Argument::Kind::kMemoryFormat: return tagged("memory_format", a.text);
     case Argument::Kind::kOp: return tagged("op", a.text);
+    case Argument::Kind::kDict:  // {"dict": [[key, value], ...]}, in order
+      w.BeginObject();
+      w.Key("dict");
+      w.BeginArray();
+      for (const Argument& item : a.list) WriteArgument(w, item);
+      w.EndArray();
+      return w.EndObject();
     case Argument::Kind::kComplex:
       w.BeginObject();
       w.Key("complex");
@@ -1479,6 +1521,7 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
   }
   if (!graph.name().empty()) { w.Key("name"); w.String(graph.name()); }
   w.Key("kind"); w.String(GraphKindName(graph.kind()));
+  if (graph.returnsList()) { w.Key("returns_list"); w.Bool(true); }
   if (graph.kind() == GraphKind::kJoint) {
     w.Key("joint");
     w.BeginObject();
@@ -1884,6 +1927,7 @@ ojson GraphObjectToJson(const Graph& graph, bool nested, const std::string& side
   }
   if (!graph.name().empty()) doc["name"] = graph.name();
   doc["kind"] = std::string(GraphKindName(graph.kind()));
+  if (graph.returnsList()) doc["returns_list"] = true;
   if (graph.kind() == GraphKind::kJoint) {
     ojson joint;
     joint["num_fwd_outputs"] = graph.joint().num_fwd_outputs;

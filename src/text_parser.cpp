@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <set>
+#include <string>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -664,6 +666,25 @@ Expected<Argument> Parser::ParseArgument(Lexer& lex) {
         FXREMAT_RETURN_IF_ERROR(lex.Expect("]"));
         return Argument::List(std::move(items));
       }
+      if (tok.text == "{") {  // a dict with string keys: {'BACKEND': 'AUTO', ...}
+        if (argument_depth_ > kMaxArgumentNesting)
+          return lex.Error(tok.col, fmt::format("arguments nest deeper than {} levels", kMaxArgumentNesting));
+        FXREMAT_RETURN_IF_ERROR(lex.Advance());
+        std::vector<Argument> items;
+        std::set<std::string, std::less<>> keys;
+        while (!lex.IsPunct("}")) {
+          const Token key = lex.peek();
+          if (key.kind != Tok::kString) return lex.Error(key.col, "a dict key must be a string");
+          if (!keys.insert(key.text).second) return lex.Error(key.col, fmt::format("the key '{}' is given twice", key.text));
+          FXREMAT_RETURN_IF_ERROR(lex.Advance());
+          FXREMAT_RETURN_IF_ERROR(lex.Expect(":"));
+          FXREMAT_ASSIGN_OR_RETURN(Argument v, ParseArgument(lex));
+          items.push_back(Argument::List({Argument::String(key.text), std::move(v)}));
+          if (!lex.IsPunct("}")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
+        }
+        FXREMAT_RETURN_IF_ERROR(lex.Expect("}"));
+        return Argument::Dict(std::move(items));
+      }
       break;
     case Tok::kIdent: {
       FXREMAT_RETURN_IF_ERROR(lex.Advance());
@@ -767,6 +788,28 @@ Status Parser::ParseBodyLine(Lexer& lex) {
   if (seen_return_) return lex.Error(lex.peek().col, "code after the return statement");
   if (lex.peek().kind == Tok::kIdent && lex.peek().text == "return") {
     FXREMAT_RETURN_IF_ERROR(lex.Advance());
+    if (lex.IsPunct("[")) {  // `return [a, b]`: a plain graph returning a list (Note [Single-value outputs])
+      if (graph_->kind() != GraphKind::kPlain)
+        return lex.Error(lex.peek().col, "only a plain graph returns a list; return a tuple");
+      FXREMAT_ASSIGN_OR_RETURN(Argument list, ParseArgument(lex));
+      for (const Argument& a : list.list)
+        if (a.kind != Argument::Kind::kNode && a.kind != Argument::Kind::kNone)
+          return lex.Error(lex.peek().col, "a returned value must be a node or None");
+      graph_->setReturnsList(true);
+      graph_->createNode(OpKind::kOutput, graph_->uniqueName("output"), "output", {std::move(list)});
+      seen_return_ = true;
+      return Status::Ok();
+    }
+    if (!lex.IsPunct("(")) {  // `return x`: a plain graph's single value (Note [Single-value outputs])
+      size_t col = lex.peek().col;
+      FXREMAT_ASSIGN_OR_RETURN(Argument a, ParseArgument(lex));
+      if (a.kind != Argument::Kind::kNode) return lex.Error(col, "a returned value must be a node or a tuple");
+      if (graph_->kind() != GraphKind::kPlain)
+        return lex.Error(col, "only a plain graph returns a single value; return a tuple");
+      graph_->createNode(OpKind::kOutput, graph_->uniqueName("output"), "output", {std::move(a)});
+      seen_return_ = true;
+      return Status::Ok();
+    }
     FXREMAT_RETURN_IF_ERROR(lex.Expect("("));
     std::vector<Argument> values;
     while (!lex.IsPunct(")")) {

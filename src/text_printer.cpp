@@ -93,6 +93,12 @@ std::string FormatArgument(const Argument& a) {
     case Argument::Kind::kComplex:
       return fmt::format("complex({}, {})", FormatDouble(a.double_value), FormatDouble(a.imag_value));
     case Argument::Kind::kOp: return "torch.ops." + a.text.str();
+    case Argument::Kind::kDict: {
+      std::string s = "{";
+      for (size_t i = 0; i < a.list.size(); ++i)
+        s += (i ? ", " : "") + FormatArgument(a.list[i].list[0]) + ": " + FormatArgument(a.list[i].list[1]);
+      return s + "}";
+    }
   }
   return "?";
 }
@@ -196,7 +202,12 @@ std::string PrintGraph(const Graph& graph) {
     if (n.isOutput()) {
       std::vector<std::string> values;
       for (Node* v : graph.outputValues()) values.push_back(v ? v->name() : "None");
-      out += fmt::format("    return ({}{})\n", fmt::join(values, ", "), values.size() == 1 ? "," : "");
+      if (n.args()[0].kind != Argument::Kind::kList)  // Note [Single-value outputs]
+        out += fmt::format("    return {}\n", values[0]);
+      else if (graph.returnsList())
+        out += fmt::format("    return [{}]\n", fmt::join(values, ", "));
+      else
+        out += fmt::format("    return ({}{})\n", fmt::join(values, ", "), values.size() == 1 ? "," : "");
       continue;
     }
     std::string facts = FormatFacts(n.val(), &graph);

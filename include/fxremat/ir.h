@@ -175,6 +175,9 @@ struct Argument {
     kNone, kBool, kInt, kDouble, kString, kNode, kList,
     kDType, kDevice, kLayout, kMemoryFormat, kComplex,
     kOp,  // an operator passed as a value (auto_functionalized's mutable op): text = its target
+    // A dict with string keys (flex_attention's kernel_options), in insertion
+    // order: `list` holds one two-entry kList [kString key, value] per item.
+    kDict,
   };
   Kind kind = Kind::kNone;
   int64_t int_value = 0;     // kBool (0/1), kInt, kDType (the enum value)
@@ -201,6 +204,8 @@ struct Argument {
   static Argument Layout(std::string_view l) { Argument a; a.kind = Kind::kLayout; a.text = l; return a; }
   static Argument MemoryFormat(std::string_view m) { Argument a; a.kind = Kind::kMemoryFormat; a.text = m; return a; }
   static Argument Op(std::string_view target) { Argument a; a.kind = Kind::kOp; a.text = target; return a; }
+  // `items`: one List({String(key), value}) per entry.
+  static Argument Dict(std::vector<Argument> items) { Argument a; a.kind = Kind::kDict; a.list = std::move(items); return a; }
 
   bool is_node() const { return kind == Kind::kNode; }
   DType dtype() const { return static_cast<DType>(int_value); }
@@ -208,17 +213,19 @@ struct Argument {
   template <typename Fn>
   Argument mapNodes(Fn&& fn) const {
     if (kind == Kind::kNode) return NodeRef(fn(node));
-    if (kind != Kind::kList) return *this;
+    if (kind != Kind::kList && kind != Kind::kDict) return *this;
     std::vector<Argument> items;
     items.reserve(list.size());
     for (const Argument& a : list) items.push_back(a.mapNodes(fn));
-    return List(std::move(items));
+    Argument mapped = List(std::move(items));
+    mapped.kind = kind;
+    return mapped;
   }
   // Calls fn(Node*) for every node reference, depth first, in order.
   template <typename Fn>
   void forEachNode(Fn&& fn) const {
     if (kind == Kind::kNode) fn(node);
-    else if (kind == Kind::kList) for (const Argument& a : list) a.forEachNode(fn);
+    else if (kind == Kind::kList || kind == Kind::kDict) for (const Argument& a : list) a.forEachNode(fn);
   }
 };
 
@@ -487,6 +494,11 @@ class Graph {
   void setName(std::string name) { name_ = std::move(name); }
   GraphKind kind() const { return kind_; }
   void setKind(GraphKind kind) { kind_ = kind; }
+  // A plain graph returning a Python list rather than a tuple (Note
+  // [Single-value outputs]): flex_attention_backward vmaps its joint subgraph
+  // with out_dims shaped like what the subgraph returns.
+  bool returnsList() const { return returns_list_; }
+  void setReturnsList(bool v) { returns_list_ = v; }
   JointFacts& joint() { return joint_; }
   const JointFacts& joint() const { return joint_; }
   // Hints of the free symbols of symbolic dims, ordered by name.
@@ -582,6 +594,7 @@ class Graph {
 
   std::string name_;
   GraphKind kind_ = GraphKind::kPlain;
+  bool returns_list_ = false;
   JointFacts joint_;
   std::map<std::string, int64_t> symbols_;
   OpTable ops_;
@@ -631,6 +644,19 @@ class Graph {
 // Formats: a "subgraphs" object of nested graph documents (format 1.4) and, in
 // the text form, `# subgraph NAME {` ... `# }` blocks (docs/format.md).
 bool IsHigherOrderTarget(std::string_view target);
+
+// Note [Single-value outputs]
+// A graph's output node takes one argument, the list of its results, with one
+// exception: a plain graph (a higher-order op's subgraph) may return a single
+// value itself, as FX allows. flex_attention's score_mod and mask_mod
+// subgraphs do (`return add`, not `return (add,)`), and the op calls them
+// expecting a tensor, so the form is kept through every reader and writer
+// (format 1.6; the text form prints `return add`). outputValues() reads both
+// forms; joint, forward and backward graphs always return a list. The
+// sequence's Python type is kept too: a plain graph may return a list
+// (Graph::returnsList(), "returns_list" in the format, `return [a, b]` in the
+// text form) where FX graphs usually return tuples, and a caller can depend on
+// it (flex_attention_backward builds vmap's out_dims from it).
 
 // Checks the invariants every pass may assume: names unique, arguments defined
 // before use, exactly one output node and it is last, placeholders first,

@@ -37,6 +37,7 @@ placeholders are renamed ``primals_1..``, ``tangents_1..`` accordingly. ``ac_gra
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -502,7 +503,22 @@ def _build_joint(state: dict, inputs: _Inputs, user_out: Any, name: str | None) 
 
     # ---- rebuild in the user's order ------------------------------------------------
     order = inputs.index_of_path()
-    new_primals = sorted(primals, key=lambda n: order[primal_path[n]])
+    traced_index = {n: i for i, n in enumerate(primals)}
+
+    def rank(n: fx.Node) -> tuple[int, int, int]:
+        path = primal_path[n]
+        if path in order:
+            return (order[path], 0, 0)
+        # A tensor inside an object that pytree does not flatten (a BlockMask's
+        # kv_indices reached as args[1].kv_indices): at its object's place, in the
+        # order Dynamo traced it.
+        parent = path
+        while parent and parent not in order:
+            stripped = re.sub(r"(\.[A-Za-z_]\w*|\[[^\[\]]*\])$", "", parent)
+            parent = "" if stripped == parent else stripped
+        return (order.get(parent, len(order)), 1, traced_index[n])
+
+    new_primals = sorted(primals, key=rank)
     new_tangents = sorted(tangents, key=lambda n: tangent_of[n])
 
     from ._format import mutated_inputs

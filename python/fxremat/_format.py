@@ -27,7 +27,7 @@ from ._errors import FormatError, UnsupportedGraphError
 FORMAT_NAME = "fxremat.graph"
 # written; a reader accepts any 1.x (1.3: complex constants; 1.4: subgraphs, operator
 # arguments; 1.5: the stack-trace table)
-VERSION = (1, 5)
+VERSION = (1, 6)
 # Tensor constants up to this many bytes are written inline; larger ones go to the
 # safetensors sidecar when the writer has a file (docs/format.md, "constants").
 INLINE_CONSTANT_BYTES = 64 * 1024
@@ -262,6 +262,9 @@ class _Encoder:
             return {"complex": [_enc_float(a.real), _enc_float(a.imag)]}
         if isinstance(a, (list, tuple)):
             return [self.arg(x, f"{where}[{i}]") for i, x in enumerate(a)]
+        if isinstance(a, dict) and all(isinstance(k, str) for k in a):
+            # a dict with string keys (flex_attention's kernel_options), in order (format 1.6)
+            return {"dict": [[k, self.arg(v, f"{where}[{k!r}]")] for k, v in a.items()]}
         if isinstance(a, torch.dtype):
             return {"dtype": _dtype_name(a)}
         if isinstance(a, torch.device):
@@ -620,6 +623,12 @@ def to_json(
 
     out_node = graph.output_node()
     outs = out_node.args[0] if out_node.args else None
+    # A plain graph may return one value itself (format 1.6): the subgraphs of
+    # flex_attention (score_mod, mask_mod) return a tensor, not a tuple.
+    single_output = kind == "plain" and isinstance(outs, fx.Node)
+    returns_list = kind == "plain" and isinstance(outs, list)  # flex_attention_backward's joint subgraph
+    if single_output:
+        outs = (outs,)
     if not isinstance(outs, (list, tuple)):
         raise UnsupportedGraphError(
             "output node: the graph must return a tuple or list of values "
@@ -633,6 +642,8 @@ def to_json(
     if name is not None:
         doc["name"] = str(name)
     doc["kind"] = kind
+    if returns_list:
+        doc["returns_list"] = True
     if kind == "joint":
         nfo = int(num_fwd_outputs)
         if not 0 <= nfo <= len(outs):
@@ -700,7 +711,7 @@ def to_json(
             raise UnsupportedGraphError(f"{where}: node op {node.op!r} is not supported")
 
         if node.op == "output":
-            entry["args"] = [enc.arg(list(outs), f"{where} args[0]")]
+            entry["args"] = [enc.arg(outs[0] if single_output else list(outs), f"{where} args[0]")]
         else:
             if node.args:
                 entry["args"] = [enc.arg(a, f"{where} args[{i}]") for i, a in enumerate(node.args)]
@@ -1119,6 +1130,20 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _tuple_argument_hops() -> tuple:
+    """Higher-order ops whose sequence arguments must be tuples: the format writes
+    every sequence as a JSON list, and flex_attention (block_mask, the other-buffer
+    operands) concatenates and checks them as tuples."""
+    hops = torch.ops.higher_order
+    return tuple(getattr(hops, n) for n in ("flex_attention", "flex_attention_backward") if hasattr(hops, n))
+
+
+def _lists_to_tuples(a: Any) -> Any:
+    if isinstance(a, (list, tuple)):
+        return tuple(_lists_to_tuples(x) for x in a)
+    return a
+
+
 class _Unrebuildable(Exception):
     """Value facts that are well-formed but cannot be rebuilt as fake values here."""
 
@@ -1158,6 +1183,15 @@ class _Decoder:
                 _expect(all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in parts), where,
                         f"complex parts must be numbers, got {v!r}")
                 return complex(parts[0], parts[1])
+            if key == "dict":
+                _expect(isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str)
+                                                    for x in v), where,
+                        "a dict argument is {\"dict\": [[key, value], ...]} with string keys")
+                out: dict[str, Any] = {}
+                for k, x in v:
+                    _expect(k not in out, where, f"the key {k!r} is given twice")
+                    out[k] = self.arg(x, f"{where}.dict[{k!r}]", env, later)
+                return out
             if key in ("dtype", "layout", "memory_format"):
                 cls = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}[key]
                 obj = getattr(torch, v, None) if isinstance(v, str) and v.isidentifier() else None
@@ -1429,6 +1463,8 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
             except FormatError as e:
                 raise _fail(f"{where}.target", str(e)) from None
             args = tuple(dec.arg(a, f"{where}.args[{j}]", env, later) for j, a in enumerate(args_j))
+            if fn in _tuple_argument_hops():
+                args = tuple(_lists_to_tuples(a) for a in args)
             kwargs = {}
             for k, v in kwargs_j.items():
                 _expect(k.isidentifier(), f"{where}.kwargs", f"bad keyword {k!r}")
@@ -1440,14 +1476,19 @@ def from_json(doc: Any, base_dir: str | None = None, *, written_by_cpp: bool = F
             _expect(not args_j and not kwargs_j, where, "a get_attr node takes no arguments")
             node = graph.create_node("get_attr", target, name=name)  # FX would name it after the target
         else:  # output
-            _expect(len(args_j) == 1 and isinstance(args_j[0], list), f"{where}.args",
-                    "the output node takes one argument, a list of node references or nulls")
-            outs = []
-            for j, a in enumerate(args_j[0]):
-                _expect(a is None or (isinstance(a, dict) and set(a) == {"node"}), f"{where}.args[0][{j}]",
-                        f"expected a node reference or null, got {a!r}")
-                outs.append(dec.arg(a, f"{where}.args[0][{j}]", env, later))
-            node = graph.output(tuple(outs))
+            if kind == "plain" and len(args_j) == 1 and isinstance(args_j[0], dict) and set(args_j[0]) == {"node"}:
+                # format 1.6: a plain graph returning one value itself (a score_mod)
+                node = graph.output(dec.arg(args_j[0], f"{where}.args[0]", env, later))
+            else:
+                _expect(len(args_j) == 1 and isinstance(args_j[0], list), f"{where}.args",
+                        "the output node takes one argument, a list of node references or nulls"
+                        + (" (or, in a plain graph, one node reference)" if kind == "plain" else ""))
+                outs = []
+                for j, a in enumerate(args_j[0]):
+                    _expect(a is None or (isinstance(a, dict) and set(a) == {"node"}), f"{where}.args[0][{j}]",
+                            f"expected a node reference or null, got {a!r}")
+                    outs.append(dec.arg(a, f"{where}.args[0][{j}]", env, later))
+                node = graph.output(list(outs) if doc.get("returns_list") is True else tuple(outs))
             has_output = True
 
         if node.name != name:

@@ -321,6 +321,8 @@ def _map_with_doc(a: Any, j: Any, env: dict[str, fx.Node], where: str) -> Any:
         items = [_map_with_doc(x, y, env, where) for x, y in zip(a, j)]
         return tuple(items) if isinstance(a, tuple) else items
     if isinstance(a, dict):
+        if isinstance(j, dict) and set(j) == {"dict"} and isinstance(j["dict"], list):
+            j = {k: v for k, v in j["dict"]}  # a dict argument (format 1.6): [[key, value], ...]
         return {k: _map_with_doc(v, j.get(k) if isinstance(j, dict) else None, env, where) for k, v in a.items()}
     return a
 

@@ -157,6 +157,7 @@ static bool SameArgument(const Argument& a, const Argument& b) {
   switch (a.kind) {
     case Argument::Kind::kNode: return a.node->name() == b.node->name();
     case Argument::Kind::kList:
+    case Argument::Kind::kDict:
       if (a.list.size() != b.list.size()) return false;
       for (size_t i = 0; i < a.list.size(); ++i)
         if (!SameArgument(a.list[i], b.list[i])) return false;

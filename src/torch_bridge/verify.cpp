@@ -550,6 +550,15 @@ class Interpreter {
         }
         return IValue(std::move(list));
       }
+      case Argument::Kind::kDict: {
+        c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+        for (const Argument& item : a.list) {
+          Expected<IValue> v = Raw(item.list[1], node);
+          if (!v.ok()) return v.status();
+          dict.insert(item.list[0].text.str(), std::move(v).value());
+        }
+        return IValue(std::move(dict));
+      }
     }
     return IValue();
   }

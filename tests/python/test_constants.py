@@ -81,7 +81,7 @@ def test_format_round_trip_inline(tmp_path):
     program = programs.build("t5_shift_right")
     joint = fxremat.export_joint(program.fn, *program.args)
     doc = joint.to_json()
-    assert doc["version"] == [1, 5]
+    assert doc["version"] == [1, 6]
     assert doc["constants"]["_tensor_constant0"]["data"] == "AgAAAAAAAAA="  # int64 2, the start id
     gm = from_json(json.loads(json.dumps(doc)))
     assert torch.equal(gm._tensor_constant1, joint.gm._tensor_constant1)

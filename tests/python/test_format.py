@@ -244,13 +244,30 @@ def test_unknown_argument_type_is_refused():
         to_json(fx.GraphModule(torch.nn.Module(), g))
 
 
-def test_missing_val_and_single_output_are_refused():
+def test_missing_val_and_single_output_of_a_joint_graph_are_refused():
     gm = fx.symbolic_trace(lambda x: (torch.sin(x),))
     with pytest.raises(UnsupportedGraphError, match="no meta\\['val'\\]"):
         to_json(gm)
     gm = make_fx(lambda x: torch.sin(x))(torch.randn(2))
     with pytest.raises(UnsupportedGraphError, match="tuple or list"):
-        to_json(gm)
+        to_json(gm, num_fwd_outputs=1)
+
+
+def test_a_plain_graph_returns_a_single_value_or_a_list():
+    """Note [Single-value outputs] (format 1.6): a plain graph (a HOP's subgraph, such
+    as flex_attention's score_mod) keeps the Python form of what it returns."""
+    single = make_fx(lambda x: torch.sin(x))(torch.randn(2))
+    doc = to_json(single)
+    assert doc["nodes"][-1]["args"] == [{"node": "sin"}] and "returns_list" not in doc
+    back = from_json(doc)
+    assert isinstance(back.graph.output_node().args[0], fx.Node)
+    as_list = make_fx(lambda x: [torch.sin(x), torch.cos(x)])(torch.randn(2))
+    doc = to_json(as_list)
+    assert doc["returns_list"] is True
+    assert isinstance(from_json(doc).graph.output_node().args[0], list)
+    as_tuple = make_fx(lambda x: (torch.sin(x), torch.cos(x)))(torch.randn(2))
+    assert "returns_list" not in to_json(as_tuple)
+    assert isinstance(from_json(to_json(as_tuple)).graph.output_node().args[0], tuple)
 
 
 # ---- loaded graphs are usable joint graphs ---------------------------------------------
@@ -363,10 +380,10 @@ def _strip_1_1(doc):
 def test_writer_writes_version_1_5(sin_mm_doc):
     from fxremat import _format
 
-    assert _format.VERSION == (1, 5)
-    assert fxremat.FORMAT_VERSION == (1, 5)
+    assert _format.VERSION == (1, 6)
+    assert fxremat.FORMAT_VERSION == (1, 6)
     gm = make_fx(lambda x: (x.sin(),))(torch.randn(2))
-    assert to_json(gm)["version"] == [1, 5]
+    assert to_json(gm)["version"] == [1, 6]
 
 
 def test_packet_tags_are_the_union_over_the_overload_packet():
@@ -461,7 +478,7 @@ def test_version_1_0_documents_still_load(sin_mm_doc, tmp_path):
         else:
             torch.testing.assert_close(a, b)
     again = to_json(gm)  # written as 1.3, with storage ids again (one per storage now)
-    assert again["version"] == [1, 5]
+    assert again["version"] == [1, 6]
     assert all("storage" in v for _, v in _tensor_facts(again))
     assert all("packet_tags" in f for f in again["ops"].values())
 
