@@ -100,6 +100,8 @@ CONFIGS = {
     "fxremat_budget_0.0": ("fxremat, activation_memory_budget=0.0 (smallest peak)", False, "fxremat",
                            {"activation_memory_budget": 0.0}, {}),
     "per_layer_ckpt": ("model's per-layer checkpointing, PyTorch partitioner", True, "inductor", None, {}),
+    "fxremat_budget_0.0_eager_model": ("fxremat, activation_memory_budget=0.0, eager peak model", False, "fxremat",
+                                       {"activation_memory_budget": 0.0, "peak_model": "eager"}, {}),
     "fxremat_mincut": ("fxremat min cut", False, "fxremat", {}, {}),
     "pytorch_budget_0.5": ("PyTorch activation_memory_budget=0.5", False, "inductor", None,
                            {"activation_memory_budget": 0.5}),
@@ -126,10 +128,11 @@ def one_step(fn, model, ids, device, measure: bool):
     if measure and device.type == "cuda":
         sync(device)
         after_fw = torch.cuda.memory_allocated() - base
+        fw_peak = torch.cuda.max_memory_allocated() - base
     loss.backward()
     sync(device)
     if measure and device.type == "cuda":
-        return loss.detach(), torch.cuda.max_memory_allocated() - base, after_fw
+        return loss.detach(), torch.cuda.max_memory_allocated() - base, (after_fw, fw_peak)
     return loss.detach(), None, None
 
 
@@ -143,6 +146,8 @@ def prepare(name: str, args, device, dtype, ids):
     import fxremat
 
     desc, ckpt, backend, options, fconfig = CONFIGS[name]
+    if args.dump and name in args.dump.split(",") and options is not None:
+        options = {**options, "dump_dir": str(args.out / "dumps" / name)}
     model = build_llama(args.layers, args.hidden, args.vocab, args.seq, dtype, device, ckpt)
     step = loss_step(model, name)
     compiled = torch.compile(step, backend=backend, options=options, fullgraph=True) if options is not None else \
@@ -166,12 +171,48 @@ def prepare(name: str, args, device, dtype, ids):
         info["fallback"] = r.fallback
     for _ in range(args.warmup):
         one_step(compiled, model, ids, device, measure=False)
-    _, peak, after_fw = one_step(compiled, model, ids, device, measure=True)
+    if args.snapshot and name in args.snapshot.split(",") and device.type == "cuda":
+        torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
+    _, peak, fw = one_step(compiled, model, ids, device, measure=True)
+    if args.snapshot and name in args.snapshot.split(",") and device.type == "cuda":
+        info["at_peak"] = peak_breakdown(torch.cuda.memory._snapshot())
+        torch.cuda.memory._record_memory_history(enabled=None)
     info["peak_bytes"] = peak
-    info["live_after_forward_bytes"] = after_fw
+    info["live_after_forward_bytes"] = fw[0] if fw else None
+    info["forward_peak_bytes"] = fw[1] if fw else None
     grads = {n: p.grad.detach().float().norm().item() for n, p in model.named_parameters() if p.grad is not None}
     info["grad_norm_total"] = float(sum(v * v for v in grads.values()) ** 0.5)
     return info, compiled, model
+
+
+def peak_breakdown(snapshot, top: int = 25):
+    """Replays a CUDA memory snapshot's allocation events to the moment the most bytes
+    were allocated and lists the blocks live then (largest first), each with the
+    innermost frames of where it was allocated (Inductor's generated wrapper names
+    its buffers there), so a peak-model gap can be traced to the buffers behind it."""
+    events = [e for trace in snapshot["device_traces"] for e in trace]
+    live, cur, best, best_at = {}, 0, -1, None
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+            cur += e["size"]
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            cur -= live.pop(e["addr"])["size"]
+        if cur > best:
+            best, best_at = cur, (i, dict(live))
+    if best_at is None:
+        return {}
+    i, blocks = best_at
+
+    def where(e):
+        frames = e.get("frames") or []
+        keep = [f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}" for f in frames
+                if "torch/" not in f["filename"] or "output_code" in f["filename"] or "/tmp/" in f["filename"]]
+        return keep[:3] or [f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}" for f in frames[:3]]
+
+    largest = sorted(blocks.values(), key=lambda e: -e["size"])[:top]
+    return {"event": i, "of_events": len(events), "live_bytes_in_trace": best,
+            "blocks": [{"mib": round(e["size"] / MIB, 1), "where": where(e)} for e in largest]}
 
 
 def time_round_robin(prepared, ids, device, rounds: int, steps: int):
@@ -238,27 +279,32 @@ def report(results, timing, env, args, offload) -> str:
         "in the mode the backend used (`peak_model`: `inductor` under Inductor since d89b57f, Note [Inductor "
         "fusion in the peak model]).",
         "",
-        "| configuration | peak (MiB) | live after forward (MiB) | step (ms) | step / PyTorch min cut | "
-        "model peak (MiB) | model / measured | compile (s) | partition (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| configuration | peak (MiB) | forward's peak (MiB) | live after forward (MiB) | step (ms) | "
+        "step / PyTorch min cut | model peak (MiB) | model / measured | model's peak node | compile (s) | "
+        "partition (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     base_t = timing.get("pytorch_mincut")
     for name, info in results.items():
         if "error" in info:
-            lines.append(f"| {info['description']} | failed: {info['error'][:120]} | | | | | | | |")
+            lines.append(f"| {info['description']} | failed: {info['error'][:120]} | | | | | | | | | |")
             continue
         t = timing.get(name)
         mp = info.get("model_peak_bytes")
         ratio = f"{mp / info['peak_bytes']:.2f}" if mp and info.get("peak_bytes") else "–"
-        lines.append(
-            f"| {info['description']} | {fmt_mib(info.get('peak_bytes'))} | {fmt_mib(info.get('live_after_forward_bytes'))}"
-            f" | {t * 1e3:.1f} | {t / base_t:.2f} | {fmt_mib(mp)} | {ratio} | {info['compile_s']}"
-            f" | {info.get('partition_s', '–')} |" if t and base_t else
-            f"| {info['description']} | {fmt_mib(info.get('peak_bytes'))} | "
-            f"{fmt_mib(info.get('live_after_forward_bytes'))} | – | – | {fmt_mib(mp)} | {ratio} | {info['compile_s']} | "
-            f"{info.get('partition_s', '–')} |")
+        step = f"{t * 1e3:.1f} | {t / base_t:.2f}" if t and base_t else "– | –"
+        lines.append(f"| {info['description']} | {fmt_mib(info.get('peak_bytes'))} | "
+                     f"{fmt_mib(info.get('forward_peak_bytes'))} | {fmt_mib(info.get('live_after_forward_bytes'))} | "
+                     f"{step} | {fmt_mib(mp)} | {ratio} | {info.get('model_peak_node') or '–'} | {info['compile_s']} | "
+                     f"{info.get('partition_s', '–')} |")
     lines += ["", "Losses (same seed and batch): " + ", ".join(
         f"{n} {i['loss']:.4f}" for n, i in results.items() if "loss" in i), ""]
+    for name, info in results.items():
+        at = info.get("at_peak")
+        if at:
+            lines += [f"Blocks live at {name}'s measured peak (CUDA memory snapshot, largest first; where each "
+                      "was allocated):", ""]
+            lines += [f"- {b['mib']:,} MiB: {'; '.join(b['where'])}" for b in at["blocks"][:12]] + [""]
     if offload:
         if "error" in offload:
             lines += [f"Offload under Inductor on this device: **failed**: `{offload['error'][:300]}`", ""]
@@ -289,6 +335,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--no-offload", action="store_true")
+    ap.add_argument("--snapshot", default="", help="configurations whose measured step records a CUDA memory "
+                    "snapshot: the blocks live at the peak go into the JSON (at_peak)")
+    ap.add_argument("--dump", default="", help="configurations whose partition is dumped (fxremat's dump_dir) "
+                    "under OUT/dumps/NAME")
     ap.add_argument("--smoke", action="store_true", help="tiny model, any device: checks the script")
     args = ap.parse_args()
     if args.smoke:
