@@ -6,7 +6,7 @@ Not part of ``make test``: it needs a CUDA device. On a lent GPU machine (its im
 torch, transformers, cmake, ninja and pybind11; the Debian dev packages travel as .deb
 files in the git-ignored .devdeps/, made here with
 ``apt-get download nlohmann-json3-dev libsimdjson-dev libsimdjson14 libfmt-dev libfmt9
-libboost1.74-dev zlib1g-dev libcli11-dev``):
+libboost1.74-dev zlib1g-dev zlib1g libcli11-dev``):
 
     eval "$(bash bench/gpu_setup.sh)"
     python3 bench/gpu_budget_bench.py --out $OUT --commit <sha>

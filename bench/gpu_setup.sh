@@ -15,7 +15,9 @@ LIB="$DEPS/usr/lib/x86_64-linux-gnu"
 # zlib1g-dev's libz.so is an absolute link to /lib/...: name the unpacked shared
 # library itself (FindZLIB would fall back to the non-PIC libz.a).
 ZLIB_SO=""
-for z in "$DEPS"/lib/x86_64-linux-gnu/libz.so.1 "$DEPS"/usr/lib/x86_64-linux-gnu/libz.so.1; do
+# (zlib1g's .deb when it travels, else the image's own libz.so.1: every image has one)
+for z in "$DEPS"/lib/x86_64-linux-gnu/libz.so.1 "$DEPS"/usr/lib/x86_64-linux-gnu/libz.so.1 \
+         /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1; do
   if [ -z "$ZLIB_SO" ] && [ -e "$z" ]; then ZLIB_SO=$z; fi
 done
 "$PY" -m cmake --version >/dev/null 2>&1 && CMAKE="$PY -m cmake" || CMAKE=cmake
