@@ -24,7 +24,7 @@ done
 $CMAKE -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$DEPS/usr" -DFXREMAT_WITH_TORCH=OFF -DFXREMAT_BUILD_TESTS=OFF \
   -DFXREMAT_BUILD_BENCH=OFF -DFXREMAT_WITH_CBC=OFF -DFXREMAT_PYTHON="$(command -v "$PY")" \
-  -DPython_EXECUTABLE="$(command -v "$PY")" -DZLIB_LIBRARY="$ZLIB_SO" -DZLIB_INCLUDE_DIR="$DEPS/usr/include" >&2
+  -DPython_EXECUTABLE="$(command -v "$PY")" -DZLIB_LIBRARY="$ZLIB_SO" -DZLIB_LIBRARY_RELEASE="$ZLIB_SO" -DZLIB_INCLUDE_DIR="$DEPS/usr/include" >&2
 $CMAKE --build build-gpu --target fxremat_python -j "$(nproc)" >&2
 echo "export LD_LIBRARY_PATH=$LIB:\${LD_LIBRARY_PATH:-}"
 echo "export PYTHONPATH=$PWD/python:\${PYTHONPATH:-}"
