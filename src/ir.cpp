@@ -620,6 +620,8 @@ Status VerifyGraph(const Graph& graph) {
                                   ? "the output node must have one argument, a list of values or one value"
                                   : "the output node must have one argument, a list of values",
                               where);
+    if (n.isOutput() && graph.returnsList() && n.args()[0].kind != Argument::Kind::kList)
+      return Status::BadInput("\"returns_list\" is set but the graph returns a single value", where);
   }
   // A symbol's hint may be any integer: a symbol need not be a size (an integer
   // argument Dynamo made dynamic: index_add's alpha=-1, a negative padding); a

@@ -877,7 +877,8 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
       if (key == "dict") {  // a dict with string keys: [[key, value], ...], in order
         const JsonPath dict_path(path, "dict");
         if (value.kind() != JKind::kArray) return Fail(dict_path, "a dict argument is {\"dict\": [[key, value], ...]}");
-        if (depth >= kMaxArgumentNesting)
+        // three levels, as in the text form (its JSON object, array and pair)
+        if (depth + 3 > kMaxArgumentNesting)
           return Fail(path, fmt::format("arguments nest deeper than {} levels", kMaxArgumentNesting));
         std::vector<Argument> items;
         std::set<std::string, std::less<>> keys;
@@ -888,7 +889,7 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
             return Fail(item_path, "a dict item is [key, value] with a string key");
           if (!keys.emplace(item.at(0).str()).second)
             return Fail(item_path, fmt::format("the key '{}' is given twice", item.at(0).str()));
-          FXREMAT_ASSIGN_OR_RETURN(Argument v, ReadArgument(item.at(1), JsonPath(item_path, 1), node_name, depth + 1));
+          FXREMAT_ASSIGN_OR_RETURN(Argument v, ReadArgument(item.at(1), JsonPath(item_path, 1), node_name, depth + 3));
           items.push_back(Argument::List({Argument::String(std::string(item.at(0).str())), std::move(v)}));
           return Status::Ok();
         }));

@@ -667,6 +667,13 @@ Expected<Argument> Parser::ParseArgument(Lexer& lex) {
         return Argument::List(std::move(items));
       }
       if (tok.text == "{") {  // a dict with string keys: {'BACKEND': 'AUTO', ...}
+        // A dict costs three levels, as its JSON form {"dict": [[k, v]]} does, so
+        // that whatever this reader accepts the JSON reader accepts too.
+        argument_depth_ += 2;
+        struct Leave {
+          int& depth;
+          ~Leave() { depth -= 2; }
+        } leave_dict{argument_depth_};
         if (argument_depth_ > kMaxArgumentNesting)
           return lex.Error(tok.col, fmt::format("arguments nest deeper than {} levels", kMaxArgumentNesting));
         FXREMAT_RETURN_IF_ERROR(lex.Advance());
@@ -784,6 +791,16 @@ Status Parser::ParseDef(Lexer& lex) {
   return Status::Ok();
 }
 
+// Nothing may follow a return statement's value on its line: `return add, s`
+// is a tuple in Python, which the text form writes `return (add, s)`.
+static Status ExpectEndOfReturn(Lexer& lex) {
+  if (lex.peek().kind != Tok::kEnd)
+    return lex.Error(lex.peek().col, fmt::format("unexpected {} after the returned value (write a tuple as "
+                                                 "'return (a, b)')",
+                                                 lex.Describe()));
+  return Status::Ok();
+}
+
 Status Parser::ParseBodyLine(Lexer& lex) {
   if (seen_return_) return lex.Error(lex.peek().col, "code after the return statement");
   if (lex.peek().kind == Tok::kIdent && lex.peek().text == "return") {
@@ -796,6 +813,7 @@ Status Parser::ParseBodyLine(Lexer& lex) {
         if (a.kind != Argument::Kind::kNode && a.kind != Argument::Kind::kNone)
           return lex.Error(lex.peek().col, "a returned value must be a node or None");
       graph_->setReturnsList(true);
+      FXREMAT_RETURN_IF_ERROR(ExpectEndOfReturn(lex));
       graph_->createNode(OpKind::kOutput, graph_->uniqueName("output"), "output", {std::move(list)});
       seen_return_ = true;
       return Status::Ok();
@@ -806,6 +824,7 @@ Status Parser::ParseBodyLine(Lexer& lex) {
       if (a.kind != Argument::Kind::kNode) return lex.Error(col, "a returned value must be a node or a tuple");
       if (graph_->kind() != GraphKind::kPlain)
         return lex.Error(col, "only a plain graph returns a single value; return a tuple");
+      FXREMAT_RETURN_IF_ERROR(ExpectEndOfReturn(lex));
       graph_->createNode(OpKind::kOutput, graph_->uniqueName("output"), "output", {std::move(a)});
       seen_return_ = true;
       return Status::Ok();
@@ -821,6 +840,7 @@ Status Parser::ParseBodyLine(Lexer& lex) {
       if (!lex.IsPunct(")")) FXREMAT_RETURN_IF_ERROR(lex.Expect(","));
     }
     FXREMAT_RETURN_IF_ERROR(lex.Expect(")"));
+    FXREMAT_RETURN_IF_ERROR(ExpectEndOfReturn(lex));
     graph_->createNode(OpKind::kOutput, graph_->uniqueName("output"), "output", {Argument::List(std::move(values))});
     seen_return_ = true;
     return Status::Ok();

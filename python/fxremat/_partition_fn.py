@@ -320,10 +320,9 @@ def _map_with_doc(a: Any, j: Any, env: dict[str, fx.Node], where: str) -> Any:
             raise RuntimeError(f"fxremat internal error: {where}: argument structure differs from the document's")
         items = [_map_with_doc(x, y, env, where) for x, y in zip(a, j)]
         return tuple(items) if isinstance(a, tuple) else items
-    if isinstance(a, dict):
-        if isinstance(j, dict) and set(j) == {"dict"} and isinstance(j["dict"], list):
-            j = {k: v for k, v in j["dict"]}  # a dict argument (format 1.6): [[key, value], ...]
-        return {k: _map_with_doc(v, j.get(k) if isinstance(j, dict) else None, env, where) for k, v in a.items()}
+    if isinstance(a, dict):  # a dict argument (format 1.6): the document's {"dict": [[key, value], ...]}
+        items = dict(j["dict"]) if isinstance(j, dict) and isinstance(j.get("dict"), list) else {}
+        return {k: _map_with_doc(v, items.get(k), env, where) for k, v in a.items()}
     return a
 
 
@@ -505,7 +504,8 @@ class _Builder:
         except KeyError:  # an argument the C++ CSE merged into its representative
             where = f"node {name!r}"
             args = _map_with_doc(tuple(src.args), entry.get("args", []), env, where)
-            kwargs = _map_with_doc(dict(src.kwargs), entry.get("kwargs", {}), env, where)
+            doc_kwargs = entry.get("kwargs", {})
+            kwargs = {k: _map_with_doc(v, doc_kwargs.get(k), env, where) for k, v in src.kwargs.items()}
         n = _create_node(self.graph, src.op, src.target, args, kwargs, name, src.type)
         n.meta = copy.copy(src.meta)
         _sync_recompute(n.meta, entry)

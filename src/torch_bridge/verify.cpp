@@ -495,9 +495,13 @@ class Interpreter {
           std::vector<IValue> outputs;
           if (!node.args().empty()) {
             const Argument& list = node.args()[0];
-            if (list.kind != Argument::Kind::kList)
-              return Status::BadInput("the output node must have one argument, a list of values", Where(node));
-            for (const Argument& a : list.list) {
+            if (list.kind != Argument::Kind::kList && list.kind != Argument::Kind::kNode)
+              return Status::BadInput("the output node must have one argument, a list of values or one value",
+                                      Where(node));
+            // Note [Single-value outputs]: a subgraph may return one value itself
+            const std::vector<Argument> single = list.kind == Argument::Kind::kNode ? std::vector<Argument>{list}
+                                                                                     : std::vector<Argument>{};
+            for (const Argument& a : list.kind == Argument::Kind::kNode ? single : list.list) {
               Expected<IValue> v = Raw(a, node);
               if (!v.ok()) return v.status();
               outputs.push_back(std::move(v).value());

@@ -540,3 +540,10 @@ def test_stack_trace_table(sin_mm_doc, tmp_path):
     calls[0]["meta"]["stack_trace_index"] = 3
     with pytest.raises(FormatError, match=r'3 is not an index of "stack_traces" \(which has 1\)'):
         _load_doc(doc, tmp_path)
+
+
+def test_returns_list_with_a_single_value_is_refused():
+    doc = to_json(make_fx(lambda x: torch.sin(x))(torch.randn(2)))
+    doc["returns_list"] = True
+    with pytest.raises(FormatError, match="returns_list.*single value"):
+        from_json(doc)

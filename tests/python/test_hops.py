@@ -462,3 +462,29 @@ def test_backward_effect_token_through_the_format_and_cli(repo_root, tmp_path):
         results.append((y.detach(), xi.grad))
     torch.testing.assert_close(results[1][0], results[0][0])
     torch.testing.assert_close(results[1][1], results[0][1])
+
+
+def test_cli_verifies_subgraphs_returning_a_single_value(repo_root, tmp_path):
+    """Note [Single-value outputs]: cond's branches written as `return cos` rather than
+    `return (cos,)` (format 1.6) partition and verify like the tuple form."""
+    import json
+
+    joint, kw = _joints("cond")[0]
+    doc = fxremat.to_json(joint, num_fwd_outputs=kw["num_fwd_outputs"])
+    changed = 0
+    for sub in doc["subgraphs"].values():
+        out = sub["nodes"][-1]
+        if len(out["args"][0]) == 1:
+            out["args"] = [out["args"][0][0]]
+            sub.pop("returns_list", None)  # a backward branch returns a list; one value is neither
+            changed += 1
+    assert changed
+    path = tmp_path / "cond_single.json"
+    path.write_text(json.dumps(doc))
+    cli = str(repo_root / "build" / "fxremat")
+    text = subprocess.run([cli, "print", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "\n    return cos\n" in text or "\n    return sin\n" in text or "\n    return mul\n" in text, text
+    out = tmp_path / "out"
+    subprocess.run([cli, "partition", str(path), "-o", str(out)], capture_output=True, text=True, check=True)
+    verified = subprocess.run([cli, "verify", str(path), str(out)], capture_output=True, text=True)
+    assert verified.returncode == 0 and "PASSED" in verified.stdout, verified.stdout + verified.stderr
