@@ -259,6 +259,21 @@ class GraphRun {
     if (v.kind == ValueFacts::Kind::kTuple) {
       StorageIds out;
       for (size_t i = 0; i < v.items.size(); ++i) {
+        if (i == 3 && n.target() == "higher_order.flex_attention_backward" && n.args().size() > 12 &&
+            n.args()[12].kind == Argument::Kind::kList && v.items[i].kind == ValueFacts::Kind::kTuple &&
+            v.items[i].items.size() == n.args()[12].list.size()) {
+          // The gradients of score_mod's captured tensors: flex_attention_backward
+          // allocates one only for a tensor that requires grad and returns None
+          // for the others, where its fake value still shows a tensor.
+          for (size_t k = 0; k < v.items[i].items.size(); ++k) {
+            const Argument& captured = n.args()[12].list[k];
+            const bool no_grad = captured.is_node() && captured.node->val().is_tensor() &&
+                                 !captured.node->val().tensor.requires_grad;
+            if (no_grad && v.items[i].items[k].kind != ValueFacts::Kind::kTuple) out.push_back(-1);
+            else NewLeaves(v.items[i].items[k], out);
+          }
+          continue;
+        }
         if (v.items[i].kind == ValueFacts::Kind::kTuple) {  // a nested tuple: fresh leaves
           NewLeaves(v.items[i], out);
           continue;

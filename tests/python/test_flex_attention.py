@@ -186,3 +186,41 @@ def test_format_round_trip_and_cli(repo_root, tmp_path):
     verified = subprocess.run([cli, "verify", str(path), str(out)], capture_output=True, text=True)
     assert verified.returncode == 2, verified.stdout + verified.stderr
     assert "'higher_order.flex_attention' cannot be run here" in verified.stderr
+
+
+class BufferBias(torch.nn.Module):
+    """score_mod reads a registered buffer (an ALiBi-style bias, no gradient)."""
+
+    def __init__(self, heads=2):
+        super().__init__()
+        self.register_buffer("alibi", torch.randn(heads, SEQ, SEQ))
+
+    def forward(self, q, k, v):
+        alibi = self.alibi
+        return fa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s + alibi[h, qi, kv]).sum()
+
+
+def test_peak_model_matches_the_measurement_with_a_captured_buffer(tmp_path):
+    """flex_attention_backward returns None, not a tensor, for a captured tensor that
+    does not require grad (its fake value shows one): the peak model charges nothing
+    for it and equals the measured peak (it overstated it by the buffer's bytes)."""
+    from fxremat.testing.memory import measure_peak
+
+    q, k, v = [torch.randn(2, 2, SEQ, 16, requires_grad=True) for _ in range(3)]
+    joints, backend, _ = capturing_backend()
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(BufferBias(), backend=backend)(q, k, v).backward()
+    torch._dynamo.reset()
+    (joint, kw), = joints
+    path = tmp_path / "buffer_bias.json"
+    fxremat.save(joint, path, num_fwd_outputs=kw["num_fwd_outputs"])
+    loaded = fxremat.load(path)
+    nfo = loaded.meta["fxremat"]["num_fwd_outputs"]
+    needs_grad = [o is not None for o in loaded.graph.output_node().args[0][nfo:]]
+    primals = [p.requires_grad_() if g else p for p, g in zip(random_primals(loaded), needs_grad)]
+    tangents = random_tangents(loaded)
+    for options in (None, {"activation_memory_budget": 0.0}):
+        part = fxremat.partition(loaded, options=options)
+        assert part.signature["peak"]["bytes"] == measure_peak(part, primals, tangents).peak_bytes, options
