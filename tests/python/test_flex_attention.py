@@ -160,11 +160,19 @@ def test_format_round_trip_and_cli(repo_root, tmp_path):
     flex = next(n for n in loaded.graph.nodes if n.target is torch.ops.higher_order.flex_attention)
     assert any(isinstance(a, dict) and a.get("BACKEND") == "AUTO" for a in flex.args)
 
-    primals = random_primals(loaded, seed=0)
+    # Primals whose gradient the graph computes require grad, as in training: the
+    # HOPs return None for the gradient of a captured tensor that does not.
+    nfo = kw["num_fwd_outputs"]
+    needs_grad = [o is not None for o in loaded.graph.output_node().args[0][nfo:]]
+    primals = [p.requires_grad_() if g else p for p, g in zip(random_primals(loaded, seed=0), needs_grad)]
     tangents = random_tangents(loaded, seed=0)
-    want = list(loaded(*[p.clone() for p in primals], *tangents))
-    fw, grads = fxremat.partition(path).run([p.clone() for p in primals], tangents)
+    want = list(loaded(*[p.detach().clone().requires_grad_(p.requires_grad) for p in primals], *tangents))
+    fw, grads = fxremat.partition(path).run([p.detach().clone().requires_grad_(p.requires_grad) for p in primals],
+                                            tangents)
     got = fw + grads
+    assert len(got) == len(want)
+    bias = next(i for i, p in enumerate(primals) if tuple(p.shape) == (2, SEQ))  # FlexBlock.bias
+    assert want[nfo + bias] is not None  # the captured parameter's gradient is compared
     for w, g in zip(want, got):
         if w is not None:
             torch.testing.assert_close(g, w)
