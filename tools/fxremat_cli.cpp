@@ -125,9 +125,6 @@ Expected<std::unique_ptr<Graph>> LoadForWork(const std::string& path) {
 struct OutputFile {
   std::string name;
   std::function<Status(const std::string& path)> write;
-  // Written on a thread of its own while the calling thread writes the other
-  // files (forward.json beside backward.json: each only reads its graph).
-  bool own_thread = false;
 };
 
 // Writes files into `dir` so that either all of them appear or none does:
@@ -153,31 +150,8 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<OutputFile>& 
   fs::path staging = parent / fmt::format(".{}.fxremat-staging.{}", target.filename().string(), ::getpid());
   fs::remove_all(staging, ec);
   if (!fs::create_directory(staging, ec)) return Status::BadInput("cannot create the output directory", dir);
-  // Note [Writing the graphs side by side]: a file marked own_thread is
-  // written by a second thread while this one writes the rest; the first
-  // failure in file order is the one reported, after both are done.
-  std::vector<Status> statuses(files.size(), Status::Ok());
-  PhaseLog* const log = CurrentPhaseLog();
-  std::vector<PhaseLog> thread_logs(files.size());  // their phases join this thread's log
-  {
-    std::vector<std::jthread> threads;
-    for (size_t i = 0; i < files.size(); ++i) {
-      if (!files[i].own_thread) continue;
-      try {
-        threads.emplace_back([&, i] {
-          ScopedPhaseLog install(log ? &thread_logs[i] : nullptr);
-          statuses[i] = files[i].write((staging / files[i].name).string());
-        });
-      } catch (const std::system_error&) {  // no thread: written in turn below
-        statuses[i] = files[i].write((staging / files[i].name).string());
-      }
-    }
-    for (size_t i = 0; i < files.size(); ++i)
-      if (!files[i].own_thread) statuses[i] = files[i].write((staging / files[i].name).string());
-  }  // joins
-  if (log)
-    for (const PhaseLog& l : thread_logs) log->Merge(l);
-  for (const Status& st : statuses) {
+  for (const OutputFile& f : files) {
+    Status st = f.write((staging / f.name).string());
     if (!st.ok()) {
       fs::remove_all(staging, ec);
       return st;
@@ -441,8 +415,7 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
     // Constants over 64 KiB go to a safetensors file beside each graph
     // (docs/format.md); WriteGraphFile writes it.
     const std::vector<OutputFile> files = {
-        {"forward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.forward); },
-         /*own_thread=*/true},
+        {"forward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.forward); }},
         {"backward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.backward); }},
         {"signature.json",
          [&](const std::string& file) -> Status {
