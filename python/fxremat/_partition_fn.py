@@ -901,12 +901,18 @@ def dump_partition(dump_dir: str | os.PathLike, fw: fx.GraphModule, bw: fx.Graph
     ``residuals.txt`` to a new directory under ``dump_dir``; returns its path."""
     import json
 
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
     from . import _residuals
     from ._format import save
 
     path = _new_dump_directory(dump_dir, "partition", label)
-    save(fw, os.path.join(path, "forward.json.gz"), kind="forward")
-    save(bw, os.path.join(path, "backward.json.gz"), kind="backward")
+    # The partition_fn runs under AOTAutograd's fake mode; a constant's bytes are
+    # read outside it (inside, detaching a real constant asserts "Please convert
+    # all Tensors to FakeTensors first").
+    with unset_fake_temporarily():
+        save(fw, os.path.join(path, "forward.json.gz"), kind="forward")
+        save(bw, os.path.join(path, "backward.json.gz"), kind="backward")
     with open(os.path.join(path, "signature.json"), "w") as f:
         json.dump(signature, f, indent=1)
         f.write("\n")

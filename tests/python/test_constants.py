@@ -205,3 +205,36 @@ def test_verify_with_real_inputs(repo_root, tmp_path):
     r = subprocess.run([str(cli), "verify", str(graph), str(out), "--inputs", str(bad_shape)], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "input 'primals_6' is int64[2, 6]" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_backend_dump_dir_writes_the_constants(compiler, fresh_compile_state, tmp_path):
+    """dump_dir on a graph holding a real tensor constant (most transformers models
+    make one in forward): the partition_fn runs under AOTAutograd's fake mode, where
+    reading the constant's bytes failed ("Please convert all Tensors to FakeTensors
+    first"; a helper's stress run). The dumped graphs hold the constant's data."""
+    _compile_step({"compiler": compiler, "dump_dir": str(tmp_path)})
+    dumps = [p for p in tmp_path.rglob("forward.json.gz")]
+    assert dumps
+    constants = {}
+    for path in dumps:
+        gm = fxremat.load(path)
+        for n in gm.graph.nodes:
+            if n.op == "get_attr":
+                constants[n.target] = getattr(gm, n.target)
+    assert constants and all(isinstance(t, torch.Tensor) and not t.is_meta for t in constants.values()), constants
+
+
+def test_capturing_backend_copies_real_constants():
+    """fxremat.testing.verify.capturing_backend deep-copies the joint graph outside the
+    fake mode: copying a real constant inside it failed ("Attempted to set the storage
+    of a tensor on device "meta" to a storage on different device "cpu"")."""
+    from fxremat.testing.verify import capturing_backend
+
+    program = programs.build("t5_shift_right")
+    joints, backend, _ = capturing_backend()
+    torch._dynamo.reset()
+    torch.compile(program.fn, backend=backend)(*program.args).backward()
+    torch._dynamo.reset()
+    (joint, _), = joints
+    assert any(n.op == "get_attr" for n in joint.graph.nodes)

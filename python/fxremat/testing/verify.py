@@ -234,7 +234,10 @@ def capturing_backend():
     joints: list = []
 
     def capture(joint, inputs, **kw):
-        joints.append((copy.deepcopy(joint), kw))
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # a real constant is copied outside the fake mode
+            joints.append((copy.deepcopy(joint), kw))
         return min_cut_rematerialization_partition(joint, inputs, **kw)
 
     def backend(gm, example_inputs):
