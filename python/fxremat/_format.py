@@ -1130,6 +1130,7 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+@functools.cache
 def _tuple_argument_hops() -> tuple:
     """Higher-order ops whose sequence arguments must be tuples: the format writes
     every sequence as a JSON list, and flex_attention (block_mask, the other-buffer

@@ -18,6 +18,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <limits>
@@ -494,14 +495,14 @@ class Interpreter {
         case OpKind::kOutput: {
           std::vector<IValue> outputs;
           if (!node.args().empty()) {
-            const Argument& list = node.args()[0];
-            if (list.kind != Argument::Kind::kList && list.kind != Argument::Kind::kNode)
+            const Argument& result = node.args()[0];
+            if (result.kind != Argument::Kind::kList && result.kind != Argument::Kind::kNode)
               return Status::BadInput("the output node must have one argument, a list of values or one value",
                                       Where(node));
             // Note [Single-value outputs]: a subgraph may return one value itself
-            const std::vector<Argument> single = list.kind == Argument::Kind::kNode ? std::vector<Argument>{list}
-                                                                                     : std::vector<Argument>{};
-            for (const Argument& a : list.kind == Argument::Kind::kNode ? single : list.list) {
+            const std::span<const Argument> values =
+                result.kind == Argument::Kind::kNode ? std::span<const Argument>(&result, 1) : std::span(result.list);
+            for (const Argument& a : values) {
               Expected<IValue> v = Raw(a, node);
               if (!v.ok()) return v.status();
               outputs.push_back(std::move(v).value());
