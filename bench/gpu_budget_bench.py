@@ -109,7 +109,42 @@ CONFIGS = {
                            {"activation_memory_budget": 0.5}, {}),
     "pytorch_budget_0.0": ("PyTorch activation_memory_budget=0.0", False, "inductor", None,
                            {"activation_memory_budget": 0.0}),
+    # Note [Overlapped offload]: offload as the budget solver's third choice, the host
+    # link priced at the bandwidth measured here ("LINK", --link-gbps), with the
+    # transfers on a side stream (torch_async) or synchronous (torch).
+    "fxremat_budget_0.3": ("fxremat, activation_memory_budget=0.3", False, "fxremat",
+                           {"activation_memory_budget": 0.3}, {}),
+    "fxremat_budget_0.3_offload_async": ("fxremat, budget 0.3, offload_target=torch_async", False, "fxremat",
+                                         {"activation_memory_budget": 0.3, "offload_target": "torch_async",
+                                          "offload_bandwidth_gbps": "LINK"}, {}),
+    "fxremat_budget_0.0_offload_async": ("fxremat, budget 0.0, offload_target=torch_async", False, "fxremat",
+                                         {"activation_memory_budget": 0.0, "offload_target": "torch_async",
+                                          "offload_bandwidth_gbps": "LINK"}, {}),
+    # The same policy-chosen offload (every matmul output without batch dims) with
+    # synchronous and with overlapped transfers: what the side stream buys.
+    "fxremat_dots_offload_sync": ("fxremat, offload_dot_with_no_batch_dims, torch (synchronous)", False,
+                                  "fxremat", {"policy": "offload_dot_with_no_batch_dims", "offload_target": "torch"},
+                                  {}),
+    "fxremat_dots_offload_async": ("fxremat, offload_dot_with_no_batch_dims, torch_async", False, "fxremat",
+                                   {"policy": "offload_dot_with_no_batch_dims", "offload_target": "torch_async"},
+                                   {}),
 }
+
+LINK_GBPS = {"value": 50.0}  # set by main (--link-gbps, or measured)
+
+
+def measure_link_gbps(device, mib: int = 512) -> float:
+    """Device-to-host copy speed into pinned memory, the direction the forward uses."""
+    src = torch.empty(mib * MIB, dtype=torch.uint8, device=device)
+    dst = torch.empty(mib * MIB, dtype=torch.uint8, pin_memory=True)
+    times = []
+    for _ in range(5):
+        sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src, non_blocking=True)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return mib * MIB / statistics.median(times) / 1e9
 
 
 def sync(device):
@@ -146,6 +181,8 @@ def prepare(name: str, args, device, dtype, ids):
     import fxremat
 
     desc, ckpt, backend, options, fconfig = CONFIGS[name]
+    if options:
+        options = {k: (LINK_GBPS["value"] if v == "LINK" else v) for k, v in options.items()}
     if args.dump and name in args.dump.split(",") and options is not None:
         options = {**options, "dump_dir": str(args.out / "dumps" / name)}
     model = build_llama(args.layers, args.hidden, args.vocab, args.seq, dtype, device, ckpt)
@@ -169,6 +206,7 @@ def prepare(name: str, args, device, dtype, ids):
             info["model_peak_node"] = peak.get("node")
             info["model_live_after_forward_bytes"] = peak.get("live_after_forward_bytes")
         info["fallback"] = r.fallback
+        info["offloaded_bytes"] = r.signature.get("offloaded_bytes")
     for _ in range(args.warmup):
         one_step(compiled, model, ids, device, measure=False)
     if args.snapshot and name in args.snapshot.split(",") and device.type == "cuda":
@@ -236,7 +274,9 @@ def offload_check(device, dtype):
 
     out = {}
     for name, backend, options in (("pytorch", "inductor", None),
-                                   ("fxremat_offload", "fxremat", {"policy": "offload_dot_with_no_batch_dims"})):
+                                   ("fxremat_offload", "fxremat", {"policy": "offload_dot_with_no_batch_dims"}),
+                                   ("fxremat_offload_async", "fxremat", {"policy": "offload_dot_with_no_batch_dims",
+                                                                         "offload_target": "torch_async"})):
         model = build_llama(2, 256, 1024, 256, torch.float32, device, False)
         ids = torch.randint(0, 1024, (2, 256), generator=torch.Generator().manual_seed(1)).to(device)
         step = loss_step(model, "offload_" + name)
@@ -249,14 +289,18 @@ def offload_check(device, dtype):
         out[name] = {"loss": float(loss), "peak_bytes": peak,
                      "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters()},
                      "offloaded_bytes": recs[-1].signature.get("offloaded_bytes") if recs else None}
-    a, b = out["pytorch"], out["fxremat_offload"]
-    max_rel = 0.0
-    for n, g in a["grads"].items():
-        h = b["grads"][n]
-        max_rel = max(max_rel, float((g - h).abs().max() / (g.abs().max() + 1e-12)))
-    return {"pytorch_loss": a["loss"], "fxremat_loss": b["loss"], "max_rel_grad_diff": max_rel,
+    a, b, c = out["pytorch"], out["fxremat_offload"], out["fxremat_offload_async"]
+
+    def max_rel(x):
+        worst = 0.0
+        for n, g in a["grads"].items():
+            worst = max(worst, float((g - x["grads"][n]).abs().max() / (g.abs().max() + 1e-12)))
+        return worst
+
+    return {"pytorch_loss": a["loss"], "fxremat_loss": b["loss"], "max_rel_grad_diff": max_rel(b),
             "offloaded_bytes": b["offloaded_bytes"], "pytorch_peak_bytes": a["peak_bytes"],
-            "fxremat_peak_bytes": b["peak_bytes"]}
+            "fxremat_peak_bytes": b["peak_bytes"], "async_loss": c["loss"], "async_max_rel_grad_diff": max_rel(c),
+            "async_offloaded_bytes": c["offloaded_bytes"], "async_peak_bytes": c["peak_bytes"]}
 
 
 def fmt_mib(b):
@@ -274,20 +318,22 @@ def report(results, timing, env, args, offload) -> str:
         f"Model: `LlamaForCausalLM`, {args.layers} layers, hidden {args.hidden}, vocab {args.vocab}, "
         f"{env['params_m']:.0f}M parameters, {env['dtype']}, batch {args.batch} × {args.seq} tokens, random "
         "weights; one step = forward, causal-LM loss, backward, all under `torch.compile` with Inductor.",
+        f"Host link (device to pinned host, measured here unless `--link-gbps` says): "
+        f"{LINK_GBPS['value']:.1f} GB/s; the offloading configurations price it at that speed.",
         "Peak = `torch.cuda.max_memory_allocated()` during the step minus what was allocated before it "
         "(parameters and batch). Model peak = fxremat's C++ peak model of the partitioned aten graphs, "
         "in the mode the backend used (`peak_model`: `inductor` under Inductor since d89b57f, Note [Inductor "
         "fusion in the peak model]).",
         "",
         "| configuration | peak (MiB) | forward's peak (MiB) | live after forward (MiB) | step (ms) | "
-        "step / PyTorch min cut | model peak (MiB) | model / measured | model's peak node | compile (s) | "
-        "partition (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "step / PyTorch min cut | model peak (MiB) | model / measured | model's peak node | offloaded (MiB) | "
+        "compile (s) | partition (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     base_t = timing.get("pytorch_mincut")
     for name, info in results.items():
         if "error" in info:
-            lines.append(f"| {info['description']} | failed: {info['error'][:120]} | | | | | | | | | |")
+            lines.append(f"| {info['description']} | failed: {info['error'][:120]} | | | | | | | | | | |")
             continue
         t = timing.get(name)
         mp = info.get("model_peak_bytes")
@@ -295,7 +341,8 @@ def report(results, timing, env, args, offload) -> str:
         step = f"{t * 1e3:.1f} | {t / base_t:.2f}" if t and base_t else "– | –"
         lines.append(f"| {info['description']} | {fmt_mib(info.get('peak_bytes'))} | "
                      f"{fmt_mib(info.get('forward_peak_bytes'))} | {fmt_mib(info.get('live_after_forward_bytes'))} | "
-                     f"{step} | {fmt_mib(mp)} | {ratio} | {info.get('model_peak_node') or '–'} | {info['compile_s']} | "
+                     f"{step} | {fmt_mib(mp)} | {ratio} | {info.get('model_peak_node') or '–'} | "
+                     f"{fmt_mib(info.get('offloaded_bytes'))} | {info['compile_s']} | "
                      f"{info.get('partition_s', '–')} |")
     lines += ["", "Losses (same seed and batch): " + ", ".join(
         f"{n} {i['loss']:.4f}" for n, i in results.items() if "loss" in i), ""]
@@ -315,7 +362,10 @@ def report(results, timing, env, args, offload) -> str:
                 f"loss {offload['fxremat_loss']:.6f} vs PyTorch's {offload['pytorch_loss']:.6f}, largest gradient "
                 f"difference {offload['max_rel_grad_diff']:.2e} of the gradient's max; "
                 f"{offload['offloaded_bytes']} bytes offloaded; device peak {fmt_mib(offload['fxremat_peak_bytes'])} "
-                f"MiB vs {fmt_mib(offload['pytorch_peak_bytes'])} MiB.", ""]
+                f"MiB vs {fmt_mib(offload['pytorch_peak_bytes'])} MiB. The same with `offload_target=torch_async` "
+                f"(side stream): loss {offload['async_loss']:.6f}, largest gradient difference "
+                f"{offload['async_max_rel_grad_diff']:.2e}; {offload['async_offloaded_bytes']} bytes offloaded; "
+                f"device peak {fmt_mib(offload['async_peak_bytes'])} MiB.", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -335,6 +385,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--no-offload", action="store_true")
+    ap.add_argument("--link-gbps", type=float, default=0.0, help="host link speed the offloading configurations "
+                    "price (0: measure it)")
     ap.add_argument("--snapshot", default="", help="configurations whose measured step records a CUDA memory "
                     "snapshot: the blocks live at the peak go into the JSON (at_peak)")
     ap.add_argument("--dump", default="", help="configurations whose partition is dumped (fxremat's dump_dir) "
@@ -365,6 +417,9 @@ def main() -> int:
     del probe
     print(json.dumps(env), flush=True)
 
+    LINK_GBPS["value"] = args.link_gbps or (measure_link_gbps(device) if device.type == "cuda" else 50.0)
+    env["link_gbps"] = round(LINK_GBPS["value"], 1)
+    print("link", env["link_gbps"], "GB/s", flush=True)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen).to(device)
     results, prepared = {}, {}

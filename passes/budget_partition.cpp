@@ -186,6 +186,9 @@ class BudgetSolver {
     if (options_.offload_bandwidth_gbps > 0 && MainDevice(g_) != "cpu")
       offload_cost_per_byte_ = 2.0 * options_.recompute_flops_per_byte * options_.device_memory_bandwidth_gbps /
                                options_.offload_bandwidth_gbps;
+    offload_ = options_.OffloadOptionsFor(options_.offload_target == OffloadTarget::kTorchAsync
+                                              ? OffloadTarget::kTorchAsync
+                                              : OffloadTarget::kTorch);
     const size_t n = g_.size();
     pos_.assign(n, -1);
     is_forward_.assign(n, false);
@@ -382,8 +385,11 @@ class BudgetSolver {
     ev.peak = e.peak_bytes;
     ev.saved_bytes = p.signature.savedBytes();
     ev.offloaded_bytes = p.signature.offloadedBytes();
-    ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte) +
-              offload_cost_per_byte_ * static_cast<double>(ev.offloaded_bytes);
+    ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte);
+    if (ev.offloaded_bytes > 0)
+      ev.cost += offload_.target == OffloadTarget::kTorchAsync
+                     ? ExposedTransferCost(p, offload_)
+                     : offload_cost_per_byte_ * static_cast<double>(ev.offloaded_bytes);
     {
       std::lock_guard<std::mutex> lock(cache_mutex_);
       cache_.emplace(std::move(key), ev);  // a twin computed meanwhile by another thread is equal
@@ -406,7 +412,7 @@ class BudgetSolver {
     FXREMAT_RETURN_IF_ERROR(RaiseGetitems(*p.backward).status());
     if (!offloaded.empty()) {
       MarkOffloadedValues(p, offloaded);
-      FXREMAT_RETURN_IF_ERROR(EmitOffload(p, OffloadTarget::kTorch).status());
+      FXREMAT_RETURN_IF_ERROR(EmitOffload(p, offload_).status());
     }
     return p;
   }
@@ -541,7 +547,9 @@ class BudgetSolver {
   }
 
   // Step 4 for one target.
-  Expected<Candidate> Choose(int64_t target) {
+  // `relaxed_offload`: also try the relaxed bases of Note [Overlapped offload
+  // in the budget] (off inside that search itself).
+  Expected<Candidate> Choose(int64_t target, bool relaxed_offload = true) {
     std::vector<const Candidate*> feasible;
     for (const Candidate& c : candidates_)
       if (c.ev.peak <= target) feasible.push_back(&c);
@@ -635,8 +643,41 @@ class BudgetSolver {
       if (from_exact.ev.cost < improved.ev.cost) improved = std::move(from_exact);
     }
     FXREMAT_ASSIGN_OR_RETURN(std::optional<Candidate> offloading, OffloadCandidate(target, improved.ev.cost));
-    if (offloading && offloading->ev.cost < improved.ev.cost) return std::move(*offloading);
+    if (offloading && offloading->ev.cost < improved.ev.cost) improved = std::move(*offloading);
+    if (relaxed_offload) {
+      FXREMAT_ASSIGN_OR_RETURN(std::optional<Candidate> relaxed, RelaxedOffloadCandidate(target, improved.ev.cost));
+      if (relaxed) improved = std::move(*relaxed);
+    }
     return improved;
+  }
+
+  // Note [Overlapped offload in the budget]
+  // With torch_async transfers, offload pays in small doses: what the compute
+  // hides costs nothing, and the forward hides about its own cost divided by
+  // the transfer's cost per byte. The min cut and the other cheap candidates
+  // sit far above a tight target, so offloading them down to it moves more
+  // than any compute hides. So for a target, the solver also solves a relaxed
+  // target -- the target plus a quarter, half and all of those hideable
+  // bytes, without offload -- and offloads from each answer, largest saved
+  // values first, the fewest that bring its peak within the target; the
+  // cheapest that beats `bound` is returned.
+  Expected<std::optional<Candidate>> RelaxedOffloadCandidate(int64_t target, double bound) {
+    std::optional<Candidate> best;
+    if (offload_cost_per_byte_ <= 0 || offload_.target != OffloadTarget::kTorchAsync) return best;
+    double forward_cost = 0;
+    for (const Node* n : forward_) forward_cost += RecomputeCost(*n, options_.recompute_flops_per_byte);
+    const double hideable = forward_cost / offload_.transfer_cost_per_byte;
+    int64_t previous = -1;
+    for (double share : {0.25, 0.5, 1.0}) {
+      const int64_t relaxed = target + static_cast<int64_t>(share * hideable);
+      if (relaxed <= target || relaxed == previous) continue;
+      previous = relaxed;
+      FXREMAT_ASSIGN_OR_RETURN(Candidate base, Choose(relaxed, false));
+      if (base.ev.peak <= target || base.ev.cost >= bound) continue;
+      FXREMAT_ASSIGN_OR_RETURN(std::optional<Candidate> found, OffloadFrom(base, target));
+      if (found && found->ev.cost < bound && (!best || found->ev.cost < best->ev.cost)) best = std::move(found);
+    }
+    return best;
   }
 
   // Note [Offload in the budget]
@@ -647,8 +688,10 @@ class BudgetSolver {
   // offload_cost_per_byte_: the transfers there and back at
   // offload_bandwidth_gbps, in the recompute cost's unit (flops-equivalent: a
   // byte moved in device memory costs recompute_flops_per_byte, at
-  // device_memory_bandwidth_gbps), priced in full because the emitted transfers
-  // are synchronous. From the cheapest candidates (cheaper than `bound`), it
+  // device_memory_bandwidth_gbps), priced in full with the torch target, whose
+  // transfers are synchronous; with torch_async only the part the compute does
+  // not hide is (ExposedTransferCost: Note [Overlapped offload] in
+  // passes/emit_offload.h). From the cheapest candidates (cheaper than `bound`), it
   // offloads the largest saved values first -- the fewest that bring the peak
   // within the target, by binary search (offloading more never raises the
   // device peak) -- and returns the cheapest such partition, if any.
@@ -662,30 +705,45 @@ class BudgetSolver {
                      [](const Candidate* a, const Candidate* b) { return a->ev.cost < b->ev.cost; });
     constexpr size_t kBases = 4;
     for (size_t b = 0; b < bases.size() && b < kBases; ++b) {
-      const Candidate& base = *bases[b];
-      std::vector<Node*> movable;
-      for (Node* n : base.saved)
-        if (n->isCallFunction() && n->val().is_tensor() && root_[n->index()] == n && StorageBytesOf(*n) > 0 &&
-            n->val().tensor.device != "cpu")
-          movable.push_back(n);
-      std::stable_sort(movable.begin(), movable.end(),
-                       [&](const Node* x, const Node* y) { return StorageBytesOf(*x) > StorageBytesOf(*y); });
-      size_t lo = 1, hi = movable.size();
-      std::optional<Candidate> found;
-      while (lo <= hi && hi > 0) {
-        const size_t mid = lo + (hi - lo) / 2;
-        std::vector<Node*> offloaded(movable.begin(), movable.begin() + static_cast<std::ptrdiff_t>(mid));
-        FXREMAT_ASSIGN_OR_RETURN(Evaluation ev, Evaluate(base.saved, offloaded));
-        if (ev.peak <= target) {
-          found = Candidate{base.saved, ev, fmt::format("{} + offload of {} value(s)", base.label, mid), offloaded};
-          hi = mid - 1;
-        } else {
-          lo = mid + 1;
-        }
-      }
+      FXREMAT_ASSIGN_OR_RETURN(std::optional<Candidate> found, OffloadFrom(*bases[b], target));
       if (found && (!best || found->ev.cost < best->ev.cost)) best = std::move(found);
     }
     return best;
+  }
+
+  // From `base`'s saved values, the largest first, the fewest to offload that
+  // bring the peak within `target` (binary search: offloading more never
+  // raises the device peak), if any.
+  Expected<std::optional<Candidate>> OffloadFrom(const Candidate& base, int64_t target) {
+    std::vector<Node*> movable;
+    for (Node* n : base.saved)
+      if (n->isCallFunction() && n->val().is_tensor() && root_[n->index()] == n && StorageBytesOf(*n) > 0 &&
+          n->val().tensor.device != "cpu")
+        movable.push_back(n);
+    // Synchronous transfers cost by the byte: the largest values first, the
+    // fewest transfers. Overlapped ones cost what the compute does not hide:
+    // the values the forward computes first (the backward reads them last)
+    // have the most compute around them in both graphs, and are off the device
+    // through the whole stretch where the backward peaks.
+    if (offload_.target == OffloadTarget::kTorchAsync)
+      std::stable_sort(movable.begin(), movable.end(), [&](const Node* x, const Node* y) { return x->index() < y->index(); });
+    else
+      std::stable_sort(movable.begin(), movable.end(),
+                       [&](const Node* x, const Node* y) { return StorageBytesOf(*x) > StorageBytesOf(*y); });
+    size_t lo = 1, hi = movable.size();
+    std::optional<Candidate> found;
+    while (lo <= hi && hi > 0) {
+      const size_t mid = lo + (hi - lo) / 2;
+      std::vector<Node*> offloaded(movable.begin(), movable.begin() + static_cast<std::ptrdiff_t>(mid));
+      FXREMAT_ASSIGN_OR_RETURN(Evaluation ev, Evaluate(base.saved, offloaded));
+      if (ev.peak <= target) {
+        found = Candidate{base.saved, ev, fmt::format("{} + offload of {} value(s)", base.label, mid), offloaded};
+        hi = mid - 1;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return found;
   }
 
   // Note [Budget MILP]: its choice, emitted and simulated; when the simulator
@@ -1609,6 +1667,7 @@ class BudgetSolver {
   std::mutex cache_mutex_;  // Note [Threads in the front]
   std::atomic<int64_t> evaluations_{0};
   double offload_cost_per_byte_ = 0;  // 0: offload is not a choice (Note [Offload in the budget])
+  OffloadOptions offload_;             // how the offloaded values move (torch or torch_async)
 };
 
 }  // namespace

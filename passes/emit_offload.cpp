@@ -5,14 +5,20 @@
 //
 // Naming: the host copy is "<name>_host" in both graphs (SavedValue::graphName);
 // the backward's reload keeps the joint name, so every backward use reads as
-// before. Facts: the torch target's host copy is the value with device cpu; the
+// before. Facts: the torch targets' host copy is the value with device cpu; the
 // xla target keeps the device (the memory space is the op's annotation).
+// torch_async adds "<name>_to_host" (the forward's transfer, before its wait)
+// and "<name>_from_host" (the backward's, before its wait): Note [Overlapped
+// offload] in emit_offload.h.
 #include "passes/emit_offload.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
+#include "fxremat/op_categories.h"
+#include "fxremat/peak_model.h"
+#include "passes/budget_partition.h"
 #include "src/partition_internal.h"
 
 namespace fxremat {
@@ -28,6 +34,11 @@ constexpr const char* kDevicePut = "prims.device_put.default";
 // graph that already has facts for it keeps its own.
 constexpr const char* kDevicePutSchema = "prims::device_put(Tensor a, Device device, bool non_blocking=False) -> Tensor";
 constexpr const char* kPlaceToHost = "xla.place_to_host.default";
+// Note [Overlapped offload]: the torch_async target's ops
+// (python/fxremat/_offload_ops.py registers them).
+constexpr const char* kAsyncOffload = "fxremat.offload.default";
+constexpr const char* kAsyncReload = "fxremat.reload.default";
+constexpr const char* kAsyncWait = "fxremat.wait_tensor.default";
 constexpr const char* kPlaceToDevice = "xla.place_to_device.default";
 
 struct Transfer {
@@ -38,17 +49,19 @@ struct Transfer {
 
 Transfer ToHost(OffloadTarget target) {
   if (target == OffloadTarget::kXla) return {kPlaceToHost, {}, {}};
+  if (target == OffloadTarget::kTorchAsync) return {kAsyncOffload, {}, {}};
   return {kDevicePut, {Argument::Device("cpu")}, {{"non_blocking", Argument::Bool(true)}}};
 }
 
 Transfer ToDevice(const ValueFacts& device_facts, OffloadTarget target) {
   if (target == OffloadTarget::kXla) return {kPlaceToDevice, {}, {}};
+  if (target == OffloadTarget::kTorchAsync) return {kAsyncReload, {Argument::Device(device_facts.tensor.device)}, {}};
   return {kDevicePut, {Argument::Device(device_facts.tensor.device)}, {{"non_blocking", Argument::Bool(true)}}};
 }
 
 ValueFacts HostFacts(const ValueFacts& device_facts, OffloadTarget target) {
   ValueFacts host = device_facts;
-  if (target == OffloadTarget::kTorch) host.tensor.device = "cpu";
+  if (target != OffloadTarget::kXla) host.tensor.device = "cpu";
   host.tensor.storage = -1;  // a fresh storage, not numbered in the joint graph
   return host;
 }
@@ -56,15 +69,117 @@ ValueFacts HostFacts(const ValueFacts& device_facts, OffloadTarget target) {
 void RegisterTransferOps(Graph& g, OffloadTarget target) {
   if (target == OffloadTarget::kTorch) {
     EnsureOpFacts(g, kDevicePut, kDevicePutSchema, {"pt2_compliant_tag"}, {"pt2_compliant_tag"});
+  } else if (target == OffloadTarget::kTorchAsync) {
+    EnsureOpFacts(g, kAsyncOffload, "fxremat::offload(Tensor t) -> Tensor", {});
+    EnsureOpFacts(g, kAsyncReload, "fxremat::reload(Tensor t, Device device) -> Tensor", {});
+    EnsureOpFacts(g, kAsyncWait, "fxremat::wait_tensor(Tensor(a) t, Tensor? keepalive=None) -> Tensor(a)", {});
   } else {
     EnsureOpFacts(g, kPlaceToHost, "xla::place_to_host(Tensor t) -> Tensor", {});
     EnsureOpFacts(g, kPlaceToDevice, "xla::place_to_device(Tensor t) -> Tensor", {});
   }
 }
 
+// Whether the forward updates v's storage in place after computing it (an op
+// with a mutable schema reads v or a view of it): the side stream's copy must
+// not start before that update.
+bool UpdatedInPlace(const Node* v) {
+  std::vector<const Node*> todo = {v};
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    for (const Node* user : n->users()) {
+      if (!user->isCallFunction()) continue;
+      const OpInfo* info = user->opInfo();
+      if (info && info->hasSchema()) {
+        if (info->schema.isMutable()) return true;
+      } else if (const std::string_view packet = PacketOf(user->target()); !packet.empty() && packet.back() == '_') {
+        return true;  // no facts: PyTorch's naming of in-place ops (aten.add_)
+      }
+      if (IsViewOp(*user)) todo.push_back(user);
+    }
+  }
+  return false;
+}
+
+bool IsAsyncTransfer(const Node& n) {
+  return n.isCallFunction() && (n.target() == kAsyncOffload || n.target() == kAsyncReload);
+}
+
+bool IsAsyncTransferOp(const Node& n) { return IsAsyncTransfer(n) || (n.isCallFunction() && n.target() == kAsyncWait); }
+
+// Note [Overlapped offload]: the node before which the backward issues the
+// reload of `bytes` that `first_use` waits for -- where the estimated compute
+// from there to first_use covers the transfer, the first node after the
+// placeholders at the earliest.
+Node* PrefetchPoint(Graph& bw, Node* first_use, int64_t bytes, const OffloadOptions& options) {
+  const double transfer = static_cast<double>(bytes) * options.transfer_cost_per_byte;
+  const size_t first_op = bw.placeholders().size();
+  double covered = 0;
+  size_t at = first_use->index();
+  while (at > first_op && covered < transfer) {
+    --at;
+    const Node& n = *bw.nodes()[at];
+    if (!IsAsyncTransferOp(n)) covered += RecomputeCost(n, options.recompute_flops_per_byte);
+  }
+  return bw.nodes()[at].get();
+}
+
+// Note [Overlapped offload]: each forward wait moves from right after its
+// value's last use to the first node by which the estimated compute since the
+// transfer's start covers it, the side stream running the transfers one after
+// another in start order; the value stays on the device until then, which the
+// simulated peak (and so the budget) sees.
+void SinkForwardWaits(const Graph& fw, const std::vector<SavedValue*>& todo, const std::vector<Node*>& starts,
+                      std::vector<Node*>& anchors, const OffloadOptions& options) {
+  const auto& nodes = fw.nodes();
+  std::vector<double> before(nodes.size() + 1, 0);  // compute done before node i runs
+  for (size_t i = 0; i < nodes.size(); ++i)
+    before[i + 1] = before[i] + RecomputeCost(*nodes[i], options.recompute_flops_per_byte);
+  std::vector<size_t> order(todo.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return starts[a]->index() < starts[b]->index(); });
+  double side_stream_free = 0;
+  for (size_t k : order) {
+    const double begin = std::max(before[starts[k]->index()], side_stream_free);
+    side_stream_free = begin + static_cast<double>(StorageBytes(todo[k]->facts.tensor)) * options.transfer_cost_per_byte;
+    // `before` never decreases: the first node at or after the anchor whose
+    // compute-done figure reaches the transfer's end, the output at the latest.
+    const size_t output = fw.outputNode()->index();
+    const auto from = before.begin() + static_cast<std::ptrdiff_t>(anchors[k]->index());
+    const auto to = before.begin() + static_cast<std::ptrdiff_t>(output);
+    const size_t at = static_cast<size_t>(std::lower_bound(from, to, side_stream_free) - before.begin());
+    anchors[k] = nodes[at].get();
+  }
+}
+
+double ExposedInGraph(const Graph& g, const OffloadOptions& options) {
+  double now = 0, side_stream_free = 0, stalled = 0;
+  std::vector<double> done(g.size(), 0);
+  for (const auto& up : g.nodes()) {
+    const Node& n = *up;
+    if (IsAsyncTransfer(n)) {
+      const double start = std::max(now, side_stream_free);
+      side_stream_free = start + static_cast<double>(StorageBytes(n.val().tensor)) * options.transfer_cost_per_byte;
+      done[n.index()] = side_stream_free;
+    } else if (n.isCallFunction() && n.target() == kAsyncWait) {
+      const Node* transfer = n.args().empty() || !n.args()[0].is_node() ? nullptr : n.args()[0].node;
+      if (transfer && done[transfer->index()] > now) {
+        stalled += done[transfer->index()] - now;
+        now = done[transfer->index()];
+      }
+    } else {
+      now += RecomputeCost(n, options.recompute_flops_per_byte);
+    }
+  }
+  return stalled;
+}
+
 }  // namespace
 
-Expected<bool> EmitOffload(Partition& p, OffloadTarget target) {
+Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
+  const OffloadTarget target = options.target;
+  const bool async = target == OffloadTarget::kTorchAsync;
   Graph& fw = *p.forward;
   Graph& bw = *p.backward;
   std::vector<SavedValue*> todo;
@@ -79,33 +194,50 @@ Expected<bool> EmitOffload(Partition& p, OffloadTarget target) {
       return Status::Internal(fmt::format("forward output {} is not '{}'", s.forward_output_index, s.name), where);
     if (fw.findNode(s.graphName()) || bw.findNode(s.graphName()))
       return Status::BadInput(fmt::format("cannot name its host copy '{}': the name is taken", s.graphName()), where);
+    if (async)
+      for (const std::string& name : {s.name + "_to_host", s.name + "_from_host"})
+        if (fw.findNode(name) || bw.findNode(name))
+          return Status::BadInput(fmt::format("cannot name its transfer '{}': the name is taken", name), where);
     todo.push_back(&s);
   }
   if (todo.empty()) return false;
   RegisterTransferOps(fw, target);
   RegisterTransferOps(bw, target);
 
-  // Forward: anchors first (the node after each value's last use), then the
-  // copies, so that copies sharing an anchor come in signature order.
+  // Forward: anchors first (the node after each value's last use; with
+  // torch_async also the node after the value itself), then the copies, so
+  // that copies sharing an anchor come in signature order.
   Node* fw_output = fw.outputNode();
-  std::vector<Node*> anchors;
+  std::vector<Node*> anchors, starts;
   for (SavedValue* s : todo) {
     Node* value = fw.findNode(s->name);
     // Never between placeholders: the copy of an input goes after the last one.
-    size_t last = value->index();
-    if (const size_t num_inputs = fw.placeholders().size(); num_inputs > 0) last = std::max(last, num_inputs - 1);
+    size_t defined = value->index();
+    if (const size_t num_inputs = fw.placeholders().size(); num_inputs > 0) defined = std::max(defined, num_inputs - 1);
+    size_t last = defined;
     for (Node* user : value->users())
       if (user != fw_output) last = std::max(last, user->index());
     anchors.push_back(fw.nodes()[last + 1].get());
+    starts.push_back(UpdatedInPlace(value) ? anchors.back() : fw.nodes()[defined + 1].get());
   }
+  if (async) SinkForwardWaits(fw, todo, starts, anchors, options);
   for (size_t k = 0; k < todo.size(); ++k) {
     const SavedValue& s = *todo[k];
     Node* value = fw.findNode(s.name);
     Transfer t = ToHost(target);
     std::vector<Argument> args = {Argument::NodeRef(value)};
     args.insert(args.end(), t.extra_args.begin(), t.extra_args.end());
-    Node* host = fw.createNodeBefore(anchors[k], OpKind::kCallFunction, s.graphName(), t.target, std::move(args),
-                                     std::move(t.kwargs));
+    Node* host = nullptr;
+    if (async) {
+      Node* copy = fw.createNodeBefore(starts[k], OpKind::kCallFunction, s.name + "_to_host", t.target,
+                                       std::move(args), std::move(t.kwargs));
+      copy->val() = HostFacts(value->val(), target);
+      host = fw.createNodeBefore(anchors[k], OpKind::kCallFunction, s.graphName(), kAsyncWait,
+                                 {Argument::NodeRef(copy)}, {{"keepalive", Argument::NodeRef(value)}});
+    } else {
+      host = fw.createNodeBefore(anchors[k], OpKind::kCallFunction, s.graphName(), t.target, std::move(args),
+                                 std::move(t.kwargs));
+    }
     host->val() = HostFacts(value->val(), target);
     std::vector<Argument> outputs = fw_output->args()[0].list;
     outputs[static_cast<size_t>(s.forward_output_index)] = Argument::NodeRef(host);
@@ -113,27 +245,53 @@ Expected<bool> EmitOffload(Partition& p, OffloadTarget target) {
   }
 
   // Backward: the placeholder becomes the host copy; the reload takes the joint
-  // name right before the first use.
+  // name right before the first use (with torch_async the wait does, and the
+  // reload is issued at its prefetch point, found on the backward as it was).
+  std::vector<Node*> first_uses, prefetches;
   for (SavedValue* s : todo) {
     Node* placeholder = bw.placeholders().at(static_cast<size_t>(s->backward_input_index));
-    const ValueFacts device_facts = placeholder->val();
     Node* first_use = bw.outputNode();
     for (Node* user : placeholder->users())
       if (user->index() < first_use->index()) first_use = user;
+    first_uses.push_back(first_use);
+    prefetches.push_back(async ? PrefetchPoint(bw, first_use, StorageBytes(placeholder->val().tensor), options)
+                               : first_use);
+  }
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const SavedValue* s = todo[k];
+    Node* placeholder = bw.placeholders().at(static_cast<size_t>(s->backward_input_index));
+    const ValueFacts device_facts = placeholder->val();
     bw.renameNode(placeholder, s->graphName());
     placeholder->val() = HostFacts(device_facts, target);
     Transfer t = ToDevice(device_facts, target);
-    Node* reload = bw.createNodeBefore(first_use, OpKind::kCallFunction, s->name, t.target);
+    std::vector<Argument> args = {Argument::NodeRef(placeholder)};
+    args.insert(args.end(), t.extra_args.begin(), t.extra_args.end());
+    if (async) {
+      // Made without inputs, so that taking over the placeholder's uses leaves them be.
+      Node* copy = bw.createNodeBefore(prefetches[k], OpKind::kCallFunction, s->name + "_from_host", t.target);
+      copy->val() = device_facts;
+      Node* reloaded = bw.createNodeBefore(first_uses[k], OpKind::kCallFunction, s->name, kAsyncWait);
+      reloaded->val() = device_facts;
+      reloaded->meta() = placeholder->meta();
+      bw.replaceAllUsesWith(placeholder, reloaded);
+      bw.setInputs(copy, std::move(args), std::move(t.kwargs));
+      bw.setInputs(reloaded, {Argument::NodeRef(copy)}, {{"keepalive", Argument::NodeRef(placeholder)}});
+      continue;
+    }
+    Node* reload = bw.createNodeBefore(first_uses[k], OpKind::kCallFunction, s->name, t.target);
     reload->val() = device_facts;
     reload->meta() = placeholder->meta();
     bw.replaceAllUsesWith(placeholder, reload);
-    std::vector<Argument> args = {Argument::NodeRef(placeholder)};
-    args.insert(args.end(), t.extra_args.begin(), t.extra_args.end());
     bw.setInputs(reload, std::move(args), std::move(t.kwargs));
   }
   Status check = CheckSignature(fw, bw, p.signature);
   if (!check.ok()) return Status::Internal("offload broke the signature: " + check.ToString());
   return true;
+}
+
+double ExposedTransferCost(const Partition& p, const OffloadOptions& options) {
+  if (options.target != OffloadTarget::kTorchAsync) return 0;
+  return ExposedInGraph(*p.forward, options) + ExposedInGraph(*p.backward, options);
 }
 
 }  // namespace fxremat

@@ -9,8 +9,9 @@
 //   torch: prims.device_put.default(v, cpu, non_blocking=True) and back to
 //          v's device -- the transfer PyTorch's own activation offloading
 //          emits, which Inductor lowers (aten._to_copy it does not, after
-//          partitioning). Synchronous with the compute stream; overlapping it
-//          (torch's ao::offload / ao::reload on a side stream) is not done yet;
+//          partitioning). Synchronous with the compute stream;
+//   torch_async: the same transfers on a side stream, overlapped with the
+//          compute (Note [Overlapped offload]);
 //   xla:   xla.place_to_host.default(v) / xla.place_to_device.default(h)
 //          (torch_xla's annotate_device_placement with "pinned_host").
 // Nothing is recomputed from an offloaded value's device copy in the backward:
@@ -28,6 +29,39 @@ namespace fxremat {
 // entry keeps the joint name and the device value's facts (docs/format.md,
 // "Signature"). Only tensors can be offloaded (bad input otherwise). Running it
 // again changes nothing. Returns "changed?"; re-runs CheckSignature.
-Expected<bool> EmitOffload(Partition& p, OffloadTarget target);
+Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options);
+inline Expected<bool> EmitOffload(Partition& p, OffloadTarget target) { return EmitOffload(p, OffloadOptions{target}); }
+
+// Note [Overlapped offload]
+// With the torch_async target the transfers run on a side stream
+// (fxremat::offload / fxremat::reload, defined by python/fxremat/_offload_ops.py
+// after torch's ao::offload / ao::reload, which torch 2.11 lacks) and the
+// compute stream waits for each only where it must (fxremat::wait_tensor):
+//   forward:  h0 = offload(v) right after v is computed (after its last
+//             forward use if the forward updates it in place),
+//             h = wait_tensor(h0, keepalive=v) after v's last forward use, at
+//             the first node by which the estimated compute since the copy
+//             started covers it (the side stream runs the copies one after
+//             another; the graph's end at the latest): v stays on the device
+//             until the wait;
+//   backward: r = reload(h, device) issued early, where the backward's
+//             estimated compute since then covers the transfer (prefetch),
+//             v = wait_tensor(r, keepalive=h) right before v's first use.
+// The estimate is the budget's cost model (RecomputeCost, flops-equivalent)
+// read as time at recompute_flops_per_byte * device_memory_bandwidth_gbps,
+// the transfer at transfer_cost_per_byte per byte. A sunk wait keeps its value
+// on the device, a prefetched reload holds its device copy from the reload
+// on: the simulated peak (which the budget bounds) sees both, since it
+// simulates these graphs. keepalive keeps the
+// transfer's source referenced until the wait, so that the caching allocator
+// cannot hand its memory out while the side stream still reads it; the
+// source dies by reference count after the wait, as any value does.
+// ExposedTransferTime prices the transfers the compute does not hide.
+
+// Flops-equivalent the compute waits for the side stream's transfers in the
+// emitted graphs (torch_async; 0 for other targets' graphs): the forward then
+// the backward, each in node order, compute advancing by RecomputeCost, one
+// side stream running the transfers in issue order at transfer_cost_per_byte.
+double ExposedTransferCost(const Partition& p, const OffloadOptions& options);
 
 }  // namespace fxremat

@@ -496,6 +496,15 @@ Expected<MinCutSolution> NetworkBuilder::Solve() {
 
 }  // namespace
 
+OffloadOptions MinCutOptions::OffloadOptionsFor(OffloadTarget target) const {
+  OffloadOptions o;
+  o.target = target;
+  o.recompute_flops_per_byte = recompute_flops_per_byte;
+  const double link = offload_bandwidth_gbps > 0 ? offload_bandwidth_gbps : kDefaultOffloadBandwidthGbps;
+  o.transfer_cost_per_byte = recompute_flops_per_byte * device_memory_bandwidth_gbps / link;
+  return o;
+}
+
 Status SetMinCutOption(MinCutOptions& options, const std::string& name, const std::string& value) {
   auto as_bool = [&](bool& out) -> Status {
     if (value == "true" || value == "True" || value == "1") { out = true; return Status::Ok(); }

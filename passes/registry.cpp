@@ -66,7 +66,7 @@ const std::vector<PartitionPass>& PartitionPasses() {
       {"functionalize-rng", "random ops recomputed in the backward replay the forward's draw (saved RNG state)",
        [](Partition& p, const PassOptions&) { return FunctionalizeRng(p); }},
       {"emit-offload", "offloaded values copied to host after their last forward use, reloaded before the backward's",
-       [](Partition& p, const PassOptions& o) { return EmitOffload(p, o.offload_target); }},
+       [](Partition& p, const PassOptions& o) { return EmitOffload(p, o.offload); }},
       {"insert-barriers", "inputs of recomputed regions pass an optimization barrier (xla)",
        [](Partition& p, const PassOptions&) { return InsertBarriers(p); }},
   };

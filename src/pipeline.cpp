@@ -24,10 +24,18 @@ namespace fxremat {
 Expected<OffloadTarget> OffloadTargetFromName(std::string_view name) {
   if (name == "torch") return OffloadTarget::kTorch;
   if (name == "xla") return OffloadTarget::kXla;
-  return Status::BadInput(fmt::format("unknown offload target '{}' (torch or xla)", name));
+  if (name == "torch_async") return OffloadTarget::kTorchAsync;
+  return Status::BadInput(fmt::format("unknown offload target '{}' (torch, torch_async or xla)", name));
 }
 
-std::string_view OffloadTargetName(OffloadTarget t) { return t == OffloadTarget::kXla ? "xla" : "torch"; }
+std::string_view OffloadTargetName(OffloadTarget t) {
+  switch (t) {
+    case OffloadTarget::kXla: return "xla";
+    case OffloadTarget::kTorchAsync: return "torch_async";
+    case OffloadTarget::kTorch: break;
+  }
+  return "torch";
+}
 
 namespace {
 
@@ -170,7 +178,7 @@ Expected<std::unique_ptr<Graph>> PrepareBudgetGraph(const Graph& joint, const Pa
   if (request.partitioner != "mincut")
     return Status::BadInput("the peak budget needs the mincut partitioner (the default partition has no choice)");
   PassOptions pass_options;
-  pass_options.offload_target = request.offload_target;
+  pass_options.offload = request.mincut.OffloadOptionsFor(request.offload_target);
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> folded, FoldAnnotationsIfAny(joint, pass_options));
   const Graph& g = folded ? *folded : joint;
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareForCut(g, request.mincut));
@@ -191,7 +199,9 @@ Expected<std::vector<FrontPoint>> RunPeakFront(const Graph& joint, const Partiti
     return Status::BadInput(fmt::format("the front is of the peak objective: budget_objective={} does not apply to it",
                                         request.mincut.budget_objective));
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareBudgetGraph(joint, request));
-  return PeakFront(*prepared, request.mincut, points);
+  MinCutOptions mincut = request.mincut;
+  mincut.offload_target = request.offload_target;
+  return PeakFront(*prepared, mincut, points);
 }
 
 Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& request) {
@@ -200,15 +210,15 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   if (request.partitioner == "default" && request.mincut.policy)
     return Status::BadInput("a policy needs the mincut partitioner: the default partition saves what the forward "
                             "computes and the backward uses, with no choice to constrain");
-  if (request.mincut.offload_bandwidth_gbps > 0 && request.offload_target != OffloadTarget::kTorch)
-    return Status::BadInput("offload_bandwidth_gbps lets the budget solver offload with the torch target's transfers "
-                            "(prims.device_put); it cannot be combined with --offload-target xla");
+  if (request.mincut.offload_bandwidth_gbps > 0 && request.offload_target == OffloadTarget::kXla)
+    return Status::BadInput("offload_bandwidth_gbps lets the budget solver offload with the torch targets' transfers "
+                            "(torch, torch_async); it cannot be combined with --offload-target xla");
   if (request.barrier && request.offload_target != OffloadTarget::kXla)
     return Status::BadInput("--barrier inserts xla::optimization_barrier and needs the xla target (--offload-target xla)");
 
   PassOptions pass_options;
   pass_options.keep_annotations = request.keep_annotations;
-  pass_options.offload_target = request.offload_target;
+  pass_options.offload = request.mincut.OffloadOptionsFor(request.offload_target);
   // 1. The annotation ops are folded on a copy; graphs without any skip the copy.
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> folded, FoldAnnotationsIfAny(joint, pass_options));
   const Graph* g = folded ? folded.get() : &joint;
@@ -233,7 +243,9 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
       if (const Node* n = g->findNode(v.name); n && n->meta().offload_requested) v.offloaded = true;
     AssignSavedValueRules(p, *g, "default partition");
   } else {
-    FXREMAT_ASSIGN_OR_RETURN(p, MinCutPartition(*g, request.mincut));
+    MinCutOptions mincut = request.mincut;
+    mincut.offload_target = request.offload_target;
+    FXREMAT_ASSIGN_OR_RETURN(p, MinCutPartition(*g, mincut));
     AssignSavedValueRules(p, *g, "min cut");  // unless the budget solver named its own (CutPreparedGraph)
   }
   // The order AOTAutograd's reference gives its graphs: the min cut always

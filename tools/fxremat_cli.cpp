@@ -281,7 +281,8 @@ struct PartitionFlags {
                     "save_and_offload_only_these_names:save=a;offload=b; POLICY+POLICY combines");
     cmd->add_option("--policy-file", policy_file, "Checkpoint policy as a JSON file (docs/policies.md)");
     cmd->add_option("--offload-target", offload_target, "Where offloaded values go: torch (prims.device_put to "
-                    "cpu) or xla (xla::place_to_host)")->capture_default_str();
+                    "cpu), torch_async (fxremat::offload/reload on a side stream, overlapped) or xla "
+                    "(xla::place_to_host)")->capture_default_str();
     cmd->add_flag("--barrier", barrier, "Pass the inputs of recomputed regions through xla::optimization_barrier "
                   "(needs --offload-target xla)");
     cmd->add_flag("--keep-annotations", keep_annotations, "Keep the naming ops in the emitted graphs");

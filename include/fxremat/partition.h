@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fxremat/ir.h"
+#include "fxremat/partition_options.h"
 #include "fxremat/status.h"
 
 namespace fxremat {
@@ -60,12 +61,6 @@ struct SavedValue {
   // The node name at its forward output and backward input: the joint name, or
   // "<name>_host" (the host copy) when offloaded (Note [Offload]).
   std::string graphName() const { return offloaded ? name + "_host" : name; }
-};
-
-// Where offloaded values go (pipeline.h, passes/emit_offload.h).
-enum class OffloadTarget : uint8_t {
-  kTorch,  // aten._to_copy to cpu (pinned when the value is on an accelerator, non_blocking) and back
-  kXla,    // xla::place_to_host / xla::place_to_device
 };
 
 struct PrimalEntry {

@@ -26,6 +26,27 @@ bool MaxFlowAlgorithmFromName(std::string_view name, MaxFlowAlgorithm& out);
 // the peak model]).
 enum class PeakModelKind { kEager, kInductor };
 
+// Where offloaded values go (pipeline.h, passes/emit_offload.h).
+enum class OffloadTarget : uint8_t {
+  kTorch,       // prims.device_put to cpu (non_blocking) and back, on the compute stream
+  kXla,         // xla::place_to_host / xla::place_to_device
+  kTorchAsync,  // fxremat::offload / reload / wait_tensor: a side stream (Note [Overlapped offload])
+};
+
+// How EmitOffload (passes/emit_offload.h) emits the transfers.
+struct OffloadOptions {
+  OffloadTarget target = OffloadTarget::kTorch;
+  // torch_async's placement and pricing (Note [Overlapped offload]): the cost
+  // model's flops-equivalent per byte a node reads and writes, and per byte
+  // moved over the host link (recompute_flops_per_byte *
+  // device_memory_bandwidth_gbps / offload_bandwidth_gbps; 0: the host link at
+  // kDefaultOffloadBandwidthGbps).
+  double recompute_flops_per_byte = 64.0;
+  double transfer_cost_per_byte = 0;
+};
+// PyTorch's activation_offload_cpu_gpu_bw (PCIe 5 x16 in practice).
+inline constexpr double kDefaultOffloadBandwidthGbps = 50.0;
+
 // The reference's config knobs (torch._functorch.config), same names and
 // defaults. Every field can be set from the CLI (`--config NAME=VALUE`) and
 // from Python (`options={...}`).
@@ -89,6 +110,13 @@ struct MinCutOptions {
   // (defaults: an H100's 3,350 GB/s of HBM; PCIe 5 x16 gives about 50 GB/s).
   double offload_bandwidth_gbps = 0;
   double device_memory_bandwidth_gbps = 3350;
+  // How the budget solver's offloaded values move: set by the pipeline from
+  // PartitionRequest::offload_target (torch or torch_async). With torch_async
+  // an offload costs only the transfer time the compute does not hide
+  // (ExposedTransferCost, Note [Overlapped offload]), not the whole transfer.
+  OffloadTarget offload_target = OffloadTarget::kTorch;
+  // The OffloadOptions these knobs give for `target`.
+  OffloadOptions OffloadOptionsFor(OffloadTarget target) const;
   // Indices (among primals) of static-lifetime inputs. Unset: the primals whose
   // pytree path starts with params[ or buffers[, which is what torch.compile
   // passes for an nn.Module's parameters and buffers.

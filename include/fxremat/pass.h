@@ -28,8 +28,8 @@ struct PassOptions {
   // apply-policy: the checkpoint policy; null applies only the nodes' own tags
   // and annotations.
   const PolicySpec* policy = nullptr;
-  // emit-offload: where offloaded values go.
-  OffloadTarget offload_target = OffloadTarget::kTorch;
+  // emit-offload: where offloaded values go, and how (torch_async's placement).
+  OffloadOptions offload;
   // cse: the merges FindCommonSubexpressions (passes/cse.h) already found on
   // the graph this one is a clone of (CloneGraph keeps node indices), made
   // without searching again; null searches the graph.

@@ -88,6 +88,7 @@ def _register_ops_if_torch_is_loaded() -> None:
 
     if "torch" in sys.modules:
         from . import _names  # noqa: F401  (defines fxremat::checkpoint_name)
+        from . import _offload_ops  # noqa: F401  (fxremat::offload / reload / wait_tensor)
 
 
 _register_ops_if_torch_is_loaded()

@@ -59,10 +59,15 @@ def _register_checkpoint_name() -> None:
     from . import _names  # noqa: F401  (importing it registers the op)
 
 
+def _register_offload_ops() -> None:
+    from . import _offload_ops  # noqa: F401  (importing it registers the torch_async target's ops)
+
+
 _OP_PROVIDERS: dict[str, Callable[[], None]] = {
     **{f"xla.{name}.default": _xla_provider(name)
        for name in ("name_tensor", "offload_name", "place_to_host", "place_to_device", "optimization_barrier")},
     "fxremat.checkpoint_name.default": _register_checkpoint_name,
+    **{f"fxremat.{name}.default": _register_offload_ops for name in ("offload", "reload", "wait_tensor")},
 }
 
 

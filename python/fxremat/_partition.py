@@ -114,7 +114,7 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
-OFFLOAD_TARGETS = ("torch", "xla")
+OFFLOAD_TARGETS = ("torch", "torch_async", "xla")
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,9 @@ def partition(
     ``policy``: a checkpoint policy (:mod:`fxremat.policies` object, its text form
     ``"save_only_these_names:a,b"`` or JSON form; ``docs/policies.md``), mincut only.
     ``offload_target``: how offloaded values move (``"torch"``: ``prims.device_put``
-    to cpu and back; ``"xla"``: ``xla::place_to_host`` / ``place_to_device``).
+    to cpu and back; ``"torch_async"``: ``fxremat::offload`` / ``reload`` on a side
+    stream, overlapped with the compute; ``"xla"``: ``xla::place_to_host`` /
+    ``place_to_device``).
     ``barrier``: with the xla target, pass the inputs of recomputed regions through
     ``xla::optimization_barrier``. ``keep_annotations``: keep the naming ops
     (``fxremat::checkpoint_name``, ``xla::name_tensor``) in the graphs. Contradictory

@@ -1149,7 +1149,7 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     error. ``static_lifetime_input_indices`` from AOTAutograd is passed through.
     ``policy``: a checkpoint policy (:mod:`fxremat.policies`, its text or JSON form;
     ``docs/policies.md``). ``offload_target``: ``"torch"`` (``prims.device_put`` to cpu
-    and back) or ``"xla"`` (``xla::place_to_host`` / ``place_to_device``) for the values the
+    and back), ``"torch_async"`` (the same on a side stream, overlapped) or ``"xla"`` (``xla::place_to_host`` / ``place_to_device``) for the values the
     policy offloads. ``barrier``: with the xla target, ``xla::optimization_barrier``
     before recomputed regions. ``keep_annotations``: keep the naming ops in the graphs.
     ``dump_dir``: write every

@@ -28,6 +28,8 @@ Options (``options={...}``), all optional:
                             form (``"save_only_these_names:a,b"``) or JSON form
                             (``docs/policies.md``); mincut only
 ``offload_target``          ``"torch"`` (default: ``prims.device_put`` to cpu and back) |
+                            ``"torch_async"`` (``fxremat::offload`` / ``reload`` on a
+                            side stream, overlapped with the compute) |
                             ``"xla"`` (``xla::place_to_host`` / ``place_to_device``)
 ``barrier``                 ``True`` (xla target only): ``xla::optimization_barrier``
                             before every recomputed region of the backward

@@ -19,6 +19,7 @@
 #include "fxremat/peak_model.h"
 #include "passes/reorder_backward.h"
 #include "fxremat/pass.h"
+#include "fxremat/pipeline.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
 #include "passes/default_partition.h"
@@ -198,10 +199,12 @@ Expected<std::string> RunAction(const std::string& run, const std::string& text)
     return std::string(changed ? "// changed\n" : "// unchanged\n") + after;
   }
   if (run.rfind("emit-offload", 0) == 0) {
-    // "emit-offload torch|xla saved=a,b offload=a"
+    // "emit-offload torch|torch_async|xla saved=a,b offload=a" (torch_async with
+    // MinCutOptions' default cost knobs)
     auto words = ParseWords(run.substr(12));
     FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractForTest(*graph, words));
-    const OffloadTarget target = words[""].empty() || words[""][0] != "xla" ? OffloadTarget::kTorch : OffloadTarget::kXla;
+    FXREMAT_ASSIGN_OR_RETURN(OffloadTarget named, OffloadTargetFromName(words[""].empty() ? "torch" : words[""][0]));
+    const OffloadOptions target = MinCutOptions{}.OffloadOptionsFor(named);
     const std::string before = PrintPartition(p);
     FXREMAT_ASSIGN_OR_RETURN(bool changed, EmitOffload(p, target));
     const std::string after = PrintPartition(p);

@@ -362,3 +362,100 @@ def test_offload_name_compiles_under_inductor(fresh_compile_state):
     torch.testing.assert_close(gw, ww)
     assert fxremat.partition_records()[-1].signature["offloaded_bytes"] == 8 * 16 * 4
     torch._dynamo.reset()
+
+
+# --------------------------------------------------------------------------------------
+# torch_async: transfers on a side stream (Note [Overlapped offload] in
+# passes/emit_offload.h). On the CPU the ops copy synchronously, so the graphs run here.
+# --------------------------------------------------------------------------------------
+
+
+def test_mlp_offload_torch_async_target():
+    model, x = _mlp()
+    fw, bw, sig = fxremat.extract(model, x, policy=MLP_POLICY, offload_target="torch_async")
+    (h2,) = [s for s in sig["saved"] if s.get("names") == ["h2"]]
+    assert h2["offloaded"] and sig["offloaded_bytes"] == 64 * 32 * 4
+    ops = torch.ops.fxremat
+    order = list(fw.graph.nodes)
+    (copy_,) = fw.graph.find_nodes(op="call_function", target=ops.offload.default)
+    (wait,) = fw.graph.find_nodes(op="call_function", target=ops.wait_tensor.default)
+    value = copy_.args[0]
+    assert value.name == h2["name"] and wait.args == (copy_,) and wait.kwargs == {"keepalive": value}
+    # the copy starts right after the value is computed, the wait comes after its last forward use
+    assert order.index(copy_) == order.index(value) + 1
+    assert all(order.index(u) < order.index(wait) for u in value.users if u is not wait and u is not copy_)
+    assert wait.name == h2["name"] + "_host" and wait.meta["val"].device == torch.device("cpu")
+    assert not fw.graph.find_nodes(op="call_function", target=torch.ops.prims.device_put.default)
+    # backward: reload (no earlier than the first compute op), then the wait right before the first use
+    (reload,) = bw.graph.find_nodes(op="call_function", target=ops.reload.default)
+    (bwait,) = bw.graph.find_nodes(op="call_function", target=ops.wait_tensor.default)
+    host = reload.args[0]
+    assert host.op == "placeholder" and bwait.args == (reload,) and bwait.kwargs == {"keepalive": host}
+    border = list(bw.graph.nodes)
+    assert border.index(reload) < border.index(bwait) < min(border.index(u) for u in bwait.users)
+    assert set(host.users) == {reload, bwait}
+    _check_numerics(model, [x], fw, bw, sig)
+
+
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_torch_async_trains_like_eager(fresh_compile_state, compiler):
+    """The side-stream ops run under the backend with either compiler (Inductor calls
+    them as extern kernels) and training matches eager."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model, x = _mlp()
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxremat", options={
+        "compiler": compiler, "policy": MLP_POLICY, "offload_target": "torch_async"})
+    for _ in range(2):
+        for m in (model, ref):
+            m.zero_grad()
+        out = compiled(x)
+        out.sum().backward()
+        want = ref(x)
+        want.sum().backward()
+        torch.testing.assert_close(out, want)
+        for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"gradient of {name}: {m}")
+    rec = fxremat.partition_records()[-1]
+    assert rec.signature["offloaded_bytes"] == 64 * 32 * 4
+    torch._dynamo.reset()
+
+
+def test_torch_async_round_trips_through_the_format(tmp_path, repo_root):
+    """The CLI's documents name the ops; fxremat.partition materializes and runs them."""
+    import json
+    import subprocess
+
+    model, x = _mlp()
+    joint = fxremat.export_joint(model, x)
+    path = tmp_path / "mlp.json"
+    joint.save(path)
+    out = tmp_path / "out"
+    subprocess.run([str(repo_root / "build" / "fxremat"), "partition", str(path), "-o", str(out), "--policy",
+                    "save_and_offload_only_these_names:save=h1;offload=h2", "--offload-target", "torch_async"],
+                   capture_output=True, text=True, check=True)
+    cli_targets = {n.get("target") for g in ("forward", "backward")
+                   for n in json.loads((out / f"{g}.json").read_text())["nodes"]}
+    assert {"fxremat.offload.default", "fxremat.reload.default", "fxremat.wait_tensor.default"} <= cli_targets
+    part = fxremat.partition(joint, policy="save_and_offload_only_these_names:save=h1;offload=h2",
+                             offload_target="torch_async")
+    targets = {str(n.target) for g in (part.forward, part.backward) for n in g.graph.nodes}
+    assert {"fxremat.offload.default", "fxremat.reload.default", "fxremat.wait_tensor.default"} <= targets
+    params = [p.detach() for p in model.parameters()]
+    outs, grads = part.run([*params, x], [torch.ones(64, 10)])
+    model.zero_grad()
+    model(x).sum().backward()
+    torch.testing.assert_close(outs[0], model(x))
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+
+
+def test_wait_without_a_transfer_is_an_error():
+    from fxremat import _offload_ops  # noqa: F401
+
+    t = torch.empty(4)
+    assert torch.ops.fxremat.wait_tensor.default(t) is t  # a CPU step's copy: nothing to wait for
+    with pytest.raises(RuntimeError, match="no transfer pending"):
+        _offload_ops._wait_tensor(torch.empty(4, device="meta"), None)
