@@ -310,13 +310,22 @@ class SimdFields {
   // The last field named `key` (nlohmann keeps the last of duplicate keys).
   std::optional<SimdValue> find(std::string_view key) const {
     for (size_t i = overflow_.size(); i-- > 0;)
-      if (overflow_[i].first == key) return overflow_[i].second;
+      if (SameKey(overflow_[i].first, key)) return overflow_[i].second;
     for (size_t i = std::min(size_, kInline); i-- > 0;)
-      if (inline_[i].first == key) return inline_[i].second;
+      if (SameKey(inline_[i].first, key)) return inline_[i].second;
     return std::nullopt;
   }
 
  private:
+  // Keys are a few characters and most differ in the first: compared in place,
+  // without a call to memcmp for every key of the same length.
+  static bool SameKey(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i]) return false;
+    return true;
+  }
+
   static constexpr size_t kInline = 16;
   std::array<std::pair<std::string_view, SimdValue>, kInline> inline_{};
   std::vector<std::pair<std::string_view, SimdValue>> overflow_;
@@ -362,10 +371,19 @@ class NameIndex {
     while (capacity < 2 * count) capacity *= 2;
     slots_.assign(capacity, Slot{});
   }
-  // Adds names[index]; returns the index already holding that name, or kEmpty.
-  size_t Insert(size_t index) {
-    const std::string_view name = (*names_)[index];
+  // The hash of `name`, with its first slot fetched into the cache for a later
+  // Insert(index, hash): at a million nodes the table is megabytes, and a probe
+  // that waits for the slot is a cache miss per node.
+  uint64_t Prefetch(std::string_view name) const {
     const uint64_t hash = Hash(name);
+    __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]);
+    return hash;
+  }
+  // Adds names[index]; returns the index already holding that name, or kEmpty.
+  size_t Insert(size_t index) { return Insert(index, Hash((*names_)[index])); }
+  // The same, given Hash(names[index]).
+  size_t Insert(size_t index, uint64_t hash) {
+    const std::string_view name = (*names_)[index];
     for (size_t slot = hash & (slots_.size() - 1);; slot = (slot + 1) & (slots_.size() - 1)) {
       Slot& s = slots_[slot];
       if (s.index == kNone) {
@@ -1035,7 +1053,11 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
   const std::string_view name = name_field->str();
   if (name.empty() || !IsPythonIdentifier(name)) return Fail(JsonPath(path, "name"), "not an identifier");
   names_[index] = name;
-  if (index_of_.Insert(index) != NameIndex::kEmpty) return Fail(JsonPath(path, "name"), "duplicate node name");
+  // The name goes into index_of_ once the node is read (at the end), its slot
+  // fetched meanwhile. Reading the node never looks its own name up except in
+  // a reference to itself, refused either way; and whatever error ReadNode
+  // returns, CheckReferences reports a duplicate name first.
+  const uint64_t name_hash = index_of_.Prefetch(name);
   auto op_field = f.find("op");
   if (!IsString(op_field)) return Fail(JsonPath(path, "op"), fmt::format("node '{}' has no op", name));
   const std::string_view op_name = op_field->str();
@@ -1110,6 +1132,7 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
     if (path_field->kind() != JKind::kString) return Fail(JsonPath(path, "path"), "expected a string");
     node->setPath(std::string(path_field->str()));
   }
+  if (index_of_.Insert(index, name_hash) != NameIndex::kEmpty) return Fail(JsonPath(path, "name"), "duplicate node name");
   return Status::Ok();
 }
 
