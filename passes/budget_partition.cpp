@@ -189,6 +189,10 @@ class BudgetSolver {
     offload_ = options_.OffloadOptionsFor(options_.offload_target == OffloadTarget::kTorchAsync
                                               ? OffloadTarget::kTorchAsync
                                               : OffloadTarget::kTorch);
+    // A second of waiting in the recompute cost's unit: the flops the device
+    // does in it (the recompute cost counts a flop as one, and what the solver
+    // trades against the wait is mostly matmuls).
+    flops_equivalent_per_second_ = offload_.device_flops_per_second;
     const size_t n = g_.size();
     pos_.assign(n, -1);
     is_forward_.assign(n, false);
@@ -388,7 +392,7 @@ class BudgetSolver {
     ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte);
     if (ev.offloaded_bytes > 0)
       ev.cost += offload_.target == OffloadTarget::kTorchAsync
-                     ? ExposedTransferCost(p, offload_)
+                     ? ExposedTransferSeconds(p, offload_) * flops_equivalent_per_second_
                      : offload_cost_per_byte_ * static_cast<double>(ev.offloaded_bytes);
     {
       std::lock_guard<std::mutex> lock(cache_mutex_);
@@ -653,8 +657,8 @@ class BudgetSolver {
 
   // Note [Overlapped offload in the budget]
   // With torch_async transfers, offload pays in small doses: what the compute
-  // hides costs nothing, and the forward hides about its own cost divided by
-  // the transfer's cost per byte. The min cut and the other cheap candidates
+  // hides costs nothing, and the forward hides about the bytes the host link
+  // moves in the forward's estimated time. The min cut and the other cheap candidates
   // sit far above a tight target, so offloading them down to it moves more
   // than any compute hides. So for a target, the solver also solves a relaxed
   // target -- the target plus a quarter, half and all of those hideable
@@ -664,9 +668,9 @@ class BudgetSolver {
   Expected<std::optional<Candidate>> RelaxedOffloadCandidate(int64_t target, double bound) {
     std::optional<Candidate> best;
     if (offload_cost_per_byte_ <= 0 || offload_.target != OffloadTarget::kTorchAsync) return best;
-    double forward_cost = 0;
-    for (const Node* n : forward_) forward_cost += RecomputeCost(*n, options_.recompute_flops_per_byte);
-    const double hideable = forward_cost / offload_.transfer_cost_per_byte;
+    double forward_seconds = 0;
+    for (const Node* n : forward_) forward_seconds += EstimatedSeconds(*n, offload_);
+    const double hideable = forward_seconds * offload_.link_bytes_per_second;
     int64_t previous = -1;
     for (double share : {0.25, 0.5, 1.0}) {
       const int64_t relaxed = target + static_cast<int64_t>(share * hideable);
@@ -690,7 +694,7 @@ class BudgetSolver {
   // byte moved in device memory costs recompute_flops_per_byte, at
   // device_memory_bandwidth_gbps), priced in full with the torch target, whose
   // transfers are synchronous; with torch_async only the part the compute does
-  // not hide is (ExposedTransferCost: Note [Overlapped offload] in
+  // not hide is (ExposedTransferSeconds: Note [Overlapped offload] in
   // passes/emit_offload.h). From the cheapest candidates (cheaper than `bound`), it
   // offloads the largest saved values first -- the fewest that bring the peak
   // within the target, by binary search (offloading more never raises the
@@ -1668,6 +1672,7 @@ class BudgetSolver {
   std::atomic<int64_t> evaluations_{0};
   double offload_cost_per_byte_ = 0;  // 0: offload is not a choice (Note [Offload in the budget])
   OffloadOptions offload_;             // how the offloaded values move (torch or torch_async)
+  double flops_equivalent_per_second_ = 0;
 };
 
 }  // namespace

@@ -79,26 +79,75 @@ void RegisterTransferOps(Graph& g, OffloadTarget target) {
   }
 }
 
-// Whether the forward updates v's storage in place after computing it (an op
-// with a mutable schema reads v or a view of it): the side stream's copy must
-// not start before that update.
-bool UpdatedInPlace(const Node* v) {
-  std::vector<const Node*> todo = {v};
+// Whether n updates one of its inputs in place: a mutable schema, or, without
+// facts, PyTorch's naming of in-place ops (aten.add_).
+bool UpdatesInPlace(const Node& n) {
+  if (!n.isCallFunction()) return false;
+  const OpInfo* info = n.opInfo();
+  if (info && info->hasSchema()) return info->schema.isMutable();
+  const std::string_view packet = PacketOf(n.target());
+  return !packet.empty() && packet.back() == '_';
+}
+
+// A view (IsViewOp), or, without facts, an op of functorch's view_ops list.
+bool ViewLike(const Node& n) {
+  if (IsViewOp(n)) return true;
+  const OpInfo* info = n.isCallFunction() ? n.opInfo() : nullptr;
+  return n.isCallFunction() && !(info && info->hasSchema()) && InDefaultViewOps(PacketOf(n.target()));
+}
+
+// The index of the last forward node that updates v's storage in place -- an
+// op that updates one of its inputs, reading v, a view of it, or any value on
+// the same storage (its base, a sibling view) -- or v's own index if none. A
+// copy of v must not start before it: the backward reads v as it is after it.
+size_t LastInPlaceUpdate(const Graph& fw, const Node* v) {
+  // Up to the base v is a view of, then down through every view of it (graphs
+  // without storage ids too).
+  const Node* root = v;
+  while (ViewLike(*root) && !root->args().empty() && root->args()[0].is_node()) root = root->args()[0].node;
+  std::vector<bool> alias(fw.size(), false);
+  std::vector<const Node*> todo = {root};
+  alias[root->index()] = true;
   while (!todo.empty()) {
     const Node* n = todo.back();
     todo.pop_back();
-    for (const Node* user : n->users()) {
-      if (!user->isCallFunction()) continue;
-      const OpInfo* info = user->opInfo();
-      if (info && info->hasSchema()) {
-        if (info->schema.isMutable()) return true;
-      } else if (const std::string_view packet = PacketOf(user->target()); !packet.empty() && packet.back() == '_') {
-        return true;  // no facts: PyTorch's naming of in-place ops (aten.add_)
+    for (const Node* user : n->users())
+      if (!alias[user->index()] && ViewLike(*user)) {
+        alias[user->index()] = true;
+        todo.push_back(user);
       }
-      if (IsViewOp(*user)) todo.push_back(user);
-    }
   }
-  return false;
+  const int64_t storage = v->val().is_tensor() ? v->val().tensor.storage : -1;
+  auto on_storage = [&](const Node* x) {
+    return alias[x->index()] || (storage >= 0 && x->val().is_tensor() && x->val().tensor.storage == storage);
+  };
+  size_t last = v->index();
+  for (size_t i = v->index() + 1; i < fw.size(); ++i) {
+    const Node& n = *fw.nodes()[i];
+    if (!UpdatesInPlace(n)) continue;
+    for (const Node* input : n.inputs())
+      if (on_storage(input)) last = i;
+  }
+  return last;
+}
+
+// Note [Overlapped offload]: whether a layout is non-overlapping and dense (by
+// the dims' hints), so that a buffer with the same strides holds exactly the
+// tensor's elements. Only such values move on the side stream.
+bool DenseLayout(const TensorFacts& t) {
+  if (t.shape.size() != t.stride.size()) return false;
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    if (t.shape[d].hint == 0) return true;  // no elements
+    if (t.shape[d].hint != 1) dims.push_back(d);
+  }
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return t.stride[a].hint < t.stride[b].hint; });
+  int64_t expected = 1;
+  for (size_t d : dims) {
+    if (t.stride[d].hint != expected) return false;
+    expected *= t.shape[d].hint;
+  }
+  return true;
 }
 
 bool IsAsyncTransfer(const Node& n) {
@@ -107,19 +156,23 @@ bool IsAsyncTransfer(const Node& n) {
 
 bool IsAsyncTransferOp(const Node& n) { return IsAsyncTransfer(n) || (n.isCallFunction() && n.target() == kAsyncWait); }
 
+double TransferSeconds(int64_t bytes, const OffloadOptions& options) {
+  return static_cast<double>(bytes) / options.link_bytes_per_second;
+}
+
 // Note [Overlapped offload]: the node before which the backward issues the
 // reload of `bytes` that `first_use` waits for -- where the estimated compute
 // from there to first_use covers the transfer, the first node after the
 // placeholders at the earliest.
 Node* PrefetchPoint(Graph& bw, Node* first_use, int64_t bytes, const OffloadOptions& options) {
-  const double transfer = static_cast<double>(bytes) * options.transfer_cost_per_byte;
+  const double transfer = TransferSeconds(bytes, options);
   const size_t first_op = bw.placeholders().size();
   double covered = 0;
   size_t at = first_use->index();
   while (at > first_op && covered < transfer) {
     --at;
     const Node& n = *bw.nodes()[at];
-    if (!IsAsyncTransferOp(n)) covered += RecomputeCost(n, options.recompute_flops_per_byte);
+    if (!IsAsyncTransferOp(n)) covered += EstimatedSeconds(n, options);
   }
   return bw.nodes()[at].get();
 }
@@ -129,20 +182,20 @@ Node* PrefetchPoint(Graph& bw, Node* first_use, int64_t bytes, const OffloadOpti
 // transfer's start covers it, the side stream running the transfers one after
 // another in start order; the value stays on the device until then, which the
 // simulated peak (and so the budget) sees.
-void SinkForwardWaits(const Graph& fw, const std::vector<SavedValue*>& todo, const std::vector<Node*>& starts,
-                      std::vector<Node*>& anchors, const OffloadOptions& options) {
+void SinkForwardWaits(const Graph& fw, const std::vector<SavedValue*>& todo, const std::vector<OffloadTarget>& moves,
+                      const std::vector<Node*>& starts, std::vector<Node*>& anchors, const OffloadOptions& options) {
   const auto& nodes = fw.nodes();
   std::vector<double> before(nodes.size() + 1, 0);  // compute done before node i runs
-  for (size_t i = 0; i < nodes.size(); ++i)
-    before[i + 1] = before[i] + RecomputeCost(*nodes[i], options.recompute_flops_per_byte);
+  for (size_t i = 0; i < nodes.size(); ++i) before[i + 1] = before[i] + EstimatedSeconds(*nodes[i], options);
   std::vector<size_t> order(todo.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return starts[a]->index() < starts[b]->index(); });
   double side_stream_free = 0;
   for (size_t k : order) {
+    if (moves[k] != OffloadTarget::kTorchAsync) continue;  // synchronous: at the anchor
     const double begin = std::max(before[starts[k]->index()], side_stream_free);
-    side_stream_free = begin + static_cast<double>(StorageBytes(todo[k]->facts.tensor)) * options.transfer_cost_per_byte;
+    side_stream_free = begin + TransferSeconds(StorageBytes(todo[k]->facts.tensor), options);
     // `before` never decreases: the first node at or after the anchor whose
     // compute-done figure reaches the transfer's end, the output at the latest.
     const size_t output = fw.outputNode()->index();
@@ -160,8 +213,15 @@ double ExposedInGraph(const Graph& g, const OffloadOptions& options) {
     const Node& n = *up;
     if (IsAsyncTransfer(n)) {
       const double start = std::max(now, side_stream_free);
-      side_stream_free = start + static_cast<double>(StorageBytes(n.val().tensor)) * options.transfer_cost_per_byte;
+      side_stream_free = start + TransferSeconds(StorageBytes(n.val().tensor), options);
       done[n.index()] = side_stream_free;
+    } else if (n.isCallFunction() && n.target() == kDevicePut) {
+      // a synchronous transfer (a value torch_async moves on the compute
+      // stream): the compute waits for all of it, after the side stream's queue
+      const double start = std::max(now, side_stream_free);
+      const double end = start + TransferSeconds(StorageBytes(n.val().tensor), options);
+      stalled += end - now;
+      now = end;
     } else if (n.isCallFunction() && n.target() == kAsyncWait) {
       const Node* transfer = n.args().empty() || !n.args()[0].is_node() ? nullptr : n.args()[0].node;
       if (transfer && done[transfer->index()] > now) {
@@ -169,7 +229,7 @@ double ExposedInGraph(const Graph& g, const OffloadOptions& options) {
         now = done[transfer->index()];
       }
     } else {
-      now += RecomputeCost(n, options.recompute_flops_per_byte);
+      now += EstimatedSeconds(n, options);
     }
   }
   return stalled;
@@ -194,19 +254,31 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
       return Status::Internal(fmt::format("forward output {} is not '{}'", s.forward_output_index, s.name), where);
     if (fw.findNode(s.graphName()) || bw.findNode(s.graphName()))
       return Status::BadInput(fmt::format("cannot name its host copy '{}': the name is taken", s.graphName()), where);
-    if (async)
-      for (const std::string& name : {s.name + "_to_host", s.name + "_from_host"})
-        if (fw.findNode(name) || bw.findNode(name))
-          return Status::BadInput(fmt::format("cannot name its transfer '{}': the name is taken", name), where);
     todo.push_back(&s);
   }
   if (todo.empty()) return false;
-  RegisterTransferOps(fw, target);
-  RegisterTransferOps(bw, target);
+  // Per value, its transfers: torch_async moves a value on the side stream only
+  // if its layout is dense (DenseLayout), any other synchronously, as the torch
+  // target does (prims.device_put keeps the layout).
+  std::vector<OffloadTarget> moves;
+  for (const SavedValue* s : todo) {
+    moves.push_back(async && !DenseLayout(s->facts.tensor) ? OffloadTarget::kTorch : target);
+    if (moves.back() != OffloadTarget::kTorchAsync) continue;
+    for (const std::string& name : {s->name + "_to_host", s->name + "_from_host"})
+      if (fw.findNode(name) || bw.findNode(name))
+        return Status::BadInput(fmt::format("cannot name its transfer '{}': the name is taken", name),
+                                fmt::format("saved value '{}'", s->name));
+  }
+  for (OffloadTarget used : {OffloadTarget::kTorch, OffloadTarget::kXla, OffloadTarget::kTorchAsync})
+    if (std::find(moves.begin(), moves.end(), used) != moves.end()) {
+      RegisterTransferOps(fw, used);
+      RegisterTransferOps(bw, used);
+    }
 
-  // Forward: anchors first (the node after each value's last use; with
-  // torch_async also the node after the value itself), then the copies, so
-  // that copies sharing an anchor come in signature order.
+  // Forward: anchors first (the node after each value's last use and its last
+  // in-place update; with torch_async also the node after the value itself, or
+  // after that update), then the copies, so that copies sharing an anchor come
+  // in signature order.
   Node* fw_output = fw.outputNode();
   std::vector<Node*> anchors, starts;
   for (SavedValue* s : todo) {
@@ -214,21 +286,22 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
     // Never between placeholders: the copy of an input goes after the last one.
     size_t defined = value->index();
     if (const size_t num_inputs = fw.placeholders().size(); num_inputs > 0) defined = std::max(defined, num_inputs - 1);
-    size_t last = defined;
+    const size_t updated = std::max(defined, LastInPlaceUpdate(fw, value));
+    size_t last = updated;
     for (Node* user : value->users())
       if (user != fw_output) last = std::max(last, user->index());
     anchors.push_back(fw.nodes()[last + 1].get());
-    starts.push_back(UpdatedInPlace(value) ? anchors.back() : fw.nodes()[defined + 1].get());
+    starts.push_back(fw.nodes()[updated + 1].get());
   }
-  if (async) SinkForwardWaits(fw, todo, starts, anchors, options);
+  if (async) SinkForwardWaits(fw, todo, moves, starts, anchors, options);
   for (size_t k = 0; k < todo.size(); ++k) {
     const SavedValue& s = *todo[k];
     Node* value = fw.findNode(s.name);
-    Transfer t = ToHost(target);
+    Transfer t = ToHost(moves[k]);
     std::vector<Argument> args = {Argument::NodeRef(value)};
     args.insert(args.end(), t.extra_args.begin(), t.extra_args.end());
     Node* host = nullptr;
-    if (async) {
+    if (moves[k] == OffloadTarget::kTorchAsync) {
       Node* copy = fw.createNodeBefore(starts[k], OpKind::kCallFunction, s.name + "_to_host", t.target,
                                        std::move(args), std::move(t.kwargs));
       copy->val() = HostFacts(value->val(), target);
@@ -254,8 +327,9 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
     for (Node* user : placeholder->users())
       if (user->index() < first_use->index()) first_use = user;
     first_uses.push_back(first_use);
-    prefetches.push_back(async ? PrefetchPoint(bw, first_use, StorageBytes(placeholder->val().tensor), options)
-                               : first_use);
+    prefetches.push_back(moves[first_uses.size() - 1] == OffloadTarget::kTorchAsync
+                             ? PrefetchPoint(bw, first_use, StorageBytes(placeholder->val().tensor), options)
+                             : first_use);
   }
   for (size_t k = 0; k < todo.size(); ++k) {
     const SavedValue* s = todo[k];
@@ -263,10 +337,10 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
     const ValueFacts device_facts = placeholder->val();
     bw.renameNode(placeholder, s->graphName());
     placeholder->val() = HostFacts(device_facts, target);
-    Transfer t = ToDevice(device_facts, target);
+    Transfer t = ToDevice(device_facts, moves[k]);
     std::vector<Argument> args = {Argument::NodeRef(placeholder)};
     args.insert(args.end(), t.extra_args.begin(), t.extra_args.end());
-    if (async) {
+    if (moves[k] == OffloadTarget::kTorchAsync) {
       // Made without inputs, so that taking over the placeholder's uses leaves them be.
       Node* copy = bw.createNodeBefore(prefetches[k], OpKind::kCallFunction, s->name + "_from_host", t.target);
       copy->val() = device_facts;
@@ -289,7 +363,15 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
   return true;
 }
 
-double ExposedTransferCost(const Partition& p, const OffloadOptions& options) {
+double EstimatedSeconds(const Node& n, const OffloadOptions& options) {
+  // RecomputeCost is flops plus flops_per_byte times the bytes moved: at 0 it
+  // is the flops, and the bytes are what 1 adds.
+  const double flops = RecomputeCost(n, 0);
+  const double bytes = RecomputeCost(n, 1) - flops;
+  return flops / options.device_flops_per_second + bytes / options.device_bytes_per_second;
+}
+
+double ExposedTransferSeconds(const Partition& p, const OffloadOptions& options) {
   if (options.target != OffloadTarget::kTorchAsync) return 0;
   return ExposedInGraph(*p.forward, options) + ExposedInGraph(*p.backward, options);
 }

@@ -37,8 +37,9 @@ inline Expected<bool> EmitOffload(Partition& p, OffloadTarget target) { return E
 // (fxremat::offload / fxremat::reload, defined by python/fxremat/_offload_ops.py
 // after torch's ao::offload / ao::reload, which torch 2.11 lacks) and the
 // compute stream waits for each only where it must (fxremat::wait_tensor):
-//   forward:  h0 = offload(v) right after v is computed (after its last
-//             forward use if the forward updates it in place),
+//   forward:  h0 = offload(v) right after v is computed, or after the last
+//             in-place update of its storage (LastInPlaceUpdate; the
+//             synchronous targets' copy comes after it too),
 //             h = wait_tensor(h0, keepalive=v) after v's last forward use, at
 //             the first node by which the estimated compute since the copy
 //             started covers it (the side stream runs the copies one after
@@ -47,21 +48,29 @@ inline Expected<bool> EmitOffload(Partition& p, OffloadTarget target) { return E
 //   backward: r = reload(h, device) issued early, where the backward's
 //             estimated compute since then covers the transfer (prefetch),
 //             v = wait_tensor(r, keepalive=h) right before v's first use.
-// The estimate is the budget's cost model (RecomputeCost, flops-equivalent)
-// read as time at recompute_flops_per_byte * device_memory_bandwidth_gbps,
-// the transfer at transfer_cost_per_byte per byte. A sunk wait keeps its value
+// The estimates are a roofline sum (EstimatedSeconds): an op's flops at the
+// device's matmul throughput (device_tflops) plus the bytes it reads and
+// writes at its memory bandwidth; a transfer its bytes at the host link's
+// (offload_bandwidth_gbps, else kDefaultOffloadBandwidthGbps). A sunk wait keeps its value
 // on the device, a prefetched reload holds its device copy from the reload
 // on: the simulated peak (which the budget bounds) sees both, since it
 // simulates these graphs. keepalive keeps the
 // transfer's source referenced until the wait, so that the caching allocator
 // cannot hand its memory out while the side stream still reads it; the
 // source dies by reference count after the wait, as any value does.
-// ExposedTransferTime prices the transfers the compute does not hide.
+// Only values with a dense layout move on the side stream (a buffer with their
+// strides holds exactly their elements); any other -- an expand, a strided
+// slice -- moves synchronously as with the torch target, keeping its layout.
+// ExposedTransferSeconds prices the transfers the compute does not hide.
 
-// Flops-equivalent the compute waits for the side stream's transfers in the
-// emitted graphs (torch_async; 0 for other targets' graphs): the forward then
-// the backward, each in node order, compute advancing by RecomputeCost, one
-// side stream running the transfers in issue order at transfer_cost_per_byte.
-double ExposedTransferCost(const Partition& p, const OffloadOptions& options);
+// The time model's estimate for one node (its flops and the bytes it moves, as
+// RecomputeCost counts them).
+double EstimatedSeconds(const Node& n, const OffloadOptions& options);
+
+// Seconds the compute waits for the side stream's transfers in the emitted
+// graphs (torch_async; 0 for other targets' graphs): the forward then the
+// backward, each in node order, compute advancing by EstimatedSeconds, one side
+// stream running the transfers in issue order at the host link's speed.
+double ExposedTransferSeconds(const Partition& p, const OffloadOptions& options);
 
 }  // namespace fxremat

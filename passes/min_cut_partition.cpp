@@ -499,9 +499,9 @@ Expected<MinCutSolution> NetworkBuilder::Solve() {
 OffloadOptions MinCutOptions::OffloadOptionsFor(OffloadTarget target) const {
   OffloadOptions o;
   o.target = target;
-  o.recompute_flops_per_byte = recompute_flops_per_byte;
-  const double link = offload_bandwidth_gbps > 0 ? offload_bandwidth_gbps : kDefaultOffloadBandwidthGbps;
-  o.transfer_cost_per_byte = recompute_flops_per_byte * device_memory_bandwidth_gbps / link;
+  o.device_flops_per_second = device_tflops * 1e12;
+  o.device_bytes_per_second = device_memory_bandwidth_gbps * 1e9;
+  o.link_bytes_per_second = (offload_bandwidth_gbps > 0 ? offload_bandwidth_gbps : kDefaultOffloadBandwidthGbps) * 1e9;
   return o;
 }
 
@@ -554,14 +554,17 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
     options.activation_memory_budget = v;
     return Status::Ok();
   }
-  if (name == "offload_bandwidth_gbps" || name == "device_memory_bandwidth_gbps") {
+  if (name == "offload_bandwidth_gbps" || name == "device_memory_bandwidth_gbps" || name == "device_tflops") {
     char* end = nullptr;
     const double v = std::strtod(value.c_str(), &end);
     const bool zero_allowed = name == "offload_bandwidth_gbps";
     if (value.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (v == 0 && !zero_allowed))
-      return Status::BadInput(fmt::format("option {} takes a {} number of GB/s, not '{}'", name,
-                                          zero_allowed ? "non-negative" : "positive", value));
-    (name == "offload_bandwidth_gbps" ? options.offload_bandwidth_gbps : options.device_memory_bandwidth_gbps) = v;
+      return Status::BadInput(fmt::format("option {} takes a {} number of {}, not '{}'", name,
+                                          zero_allowed ? "non-negative" : "positive",
+                                          name == "device_tflops" ? "TFLOP/s" : "GB/s", value));
+    (name == "offload_bandwidth_gbps"         ? options.offload_bandwidth_gbps
+     : name == "device_memory_bandwidth_gbps" ? options.device_memory_bandwidth_gbps
+                                              : options.device_tflops) = v;
     return Status::Ok();
   }
   if (name == "budget_milp_max_variables" || name == "budget_milp_max_nodes") {

@@ -271,7 +271,7 @@ struct PartitionFlags {
                     "materialized_backward,not_in_allowlist,reductions}, treat_parameters_as_free_to_save, cse, "
                     "max_dist_from_bw, activation_memory_budget (0..1 of the range from the smallest peak to the "
                     "min cut's), memory_budget_bytes, budget_objective (peak or saved), recompute_flops_per_byte, budget_milp_max_variables, budget_milp_max_nodes, "
-                    "offload_bandwidth_gbps and device_memory_bandwidth_gbps (docs/budget.md), "
+                    "offload_bandwidth_gbps, device_memory_bandwidth_gbps and device_tflops (docs/budget.md), "
                     "peak_model (eager, or inductor: pointwise results Inductor inlines are not allocated), "
                     "static_lifetime_input_indices "
                     "(comma-separated primal indices; default: primals with a params[/buffers[ path), "

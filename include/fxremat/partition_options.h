@@ -36,13 +36,12 @@ enum class OffloadTarget : uint8_t {
 // How EmitOffload (passes/emit_offload.h) emits the transfers.
 struct OffloadOptions {
   OffloadTarget target = OffloadTarget::kTorch;
-  // torch_async's placement and pricing (Note [Overlapped offload]): the cost
-  // model's flops-equivalent per byte a node reads and writes, and per byte
-  // moved over the host link (recompute_flops_per_byte *
-  // device_memory_bandwidth_gbps / offload_bandwidth_gbps; 0: the host link at
-  // kDefaultOffloadBandwidthGbps).
-  double recompute_flops_per_byte = 64.0;
-  double transfer_cost_per_byte = 0;
+  // torch_async's time model (Note [Overlapped offload]): an op takes its
+  // flops at device_flops_per_second plus the bytes it reads and writes at
+  // device_bytes_per_second; a transfer its bytes at link_bytes_per_second.
+  double device_flops_per_second = 989e12;
+  double device_bytes_per_second = 3350e9;
+  double link_bytes_per_second = 50e9;
 };
 // PyTorch's activation_offload_cpu_gpu_bw (PCIe 5 x16 in practice).
 inline constexpr double kDefaultOffloadBandwidthGbps = 50.0;
@@ -110,10 +109,17 @@ struct MinCutOptions {
   // (defaults: an H100's 3,350 GB/s of HBM; PCIe 5 x16 gives about 50 GB/s).
   double offload_bandwidth_gbps = 0;
   double device_memory_bandwidth_gbps = 3350;
+  // The device's dense matmul throughput at the step's dtype, TFLOP/s (an
+  // H100's or H200's in bf16: 989), for the time model that places and prices
+  // torch_async transfers (Note [Overlapped offload]). Measured on an H200,
+  // reading the recompute cost as time (recompute_flops_per_byte at
+  // device_memory_bandwidth_gbps) made a bf16 matmul about 3x too slow and
+  // the solver's overlapped offload slower than none (docs/benchmarks_gpu.md).
+  double device_tflops = 989;
   // How the budget solver's offloaded values move: set by the pipeline from
   // PartitionRequest::offload_target (torch or torch_async). With torch_async
   // an offload costs only the transfer time the compute does not hide
-  // (ExposedTransferCost, Note [Overlapped offload]), not the whole transfer.
+  // (ExposedTransferSeconds, Note [Overlapped offload]), not the whole transfer.
   OffloadTarget offload_target = OffloadTarget::kTorch;
   // The OffloadOptions these knobs give for `target`.
   OffloadOptions OffloadOptionsFor(OffloadTarget target) const;

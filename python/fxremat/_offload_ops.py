@@ -20,9 +20,12 @@ lacks them, so fxremat defines its own with the same contract:
   wait does not free the source's storage itself (``resize_(0)``): the source dies by
   reference count right after, as any value does, which stays correct when the source is
   a view or is also returned to the caller;
-* host buffers are pinned (``torch.empty_strided(..., pin_memory=True)``, which PyTorch's
-  caching host allocator recycles across steps) and keep the source's strides, so the
-  device copy comes back with the layout it had.
+* host buffers are pinned (PyTorch's caching host allocator recycles them across steps)
+  and laid out as ``torch.empty_like`` lays out a copy: the source's strides when they
+  are non-overlapping and dense, else contiguous; the real ops and their fake
+  implementations agree by construction. (The partitioner moves only dense values on
+  the side stream, Note [Overlapped offload], so the device copy comes back with the
+  layout it had.)
 
 On a CPU tensor (no accelerator), ``offload`` and ``reload`` are plain copies and
 ``wait_tensor`` returns its argument: the graphs then run, and are checked, on CPU.
@@ -67,8 +70,8 @@ def _transfer(dst: torch.Tensor, src: torch.Tensor, device: torch.device) -> Non
 
 def _offload(t: torch.Tensor) -> torch.Tensor:
     if t.device.type == "cpu":
-        return t.clone()
-    host = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="cpu", pin_memory=True)
+        return torch.empty_like(t).copy_(t)
+    host = torch.empty_like(t, device="cpu", pin_memory=True)
     _transfer(host, t, t.device)
     return host
 
@@ -76,9 +79,9 @@ def _offload(t: torch.Tensor) -> torch.Tensor:
 def _reload(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     device = torch.device(device)
     if device.type == "cpu":
-        return t.clone()
+        return torch.empty_like(t, device=device).copy_(t)
     # Allocated on the compute stream, which owns it from here on.
-    out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=device)
+    out = torch.empty_like(t, device=device)
     _transfer(out, t, device)
     return out
 
@@ -116,7 +119,7 @@ def register() -> None:
 
         @offload.register_fake
         def _(t):
-            return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="cpu")
+            return torch.empty_like(t, device="cpu")
 
         @torch.library.custom_op("fxremat::reload", mutates_args=())
         def reload(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -124,7 +127,7 @@ def register() -> None:
 
         @reload.register_fake
         def _(t, device):
-            return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=device)
+            return torch.empty_like(t, device=device)
 
         # The result aliases the argument (Tensor(a)), which custom_op does not allow:
         # defined through torch.library, as ao::wait_tensor is. One implementation for

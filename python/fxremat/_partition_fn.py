@@ -60,7 +60,7 @@ PARTITIONERS = ("mincut", "default")
 # (passes/min_cut_partition.h, SetMinCutOption), plus fxremat's own max_flow and the
 # peak budget's memory_budget_bytes, budget_objective, recompute_flops_per_byte,
 # budget_milp_max_variables, budget_milp_max_nodes, peak_model, offload_bandwidth_gbps,
-# device_memory_bandwidth_gbps (Note [Peak budget], docs/budget.md).
+# device_memory_bandwidth_gbps, device_tflops (Note [Peak budget], docs/budget.md).
 MINCUT_OPTIONS = (
     "activation_memory_budget",
     "aggressive_recomputation",
@@ -82,6 +82,7 @@ MINCUT_OPTIONS = (
     "peak_model",
     "offload_bandwidth_gbps",
     "device_memory_bandwidth_gbps",
+    "device_tflops",
 )
 
 def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:

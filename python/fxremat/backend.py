@@ -56,8 +56,9 @@ min-cut options             ``torch._functorch.config`` names, passed to the C++
                             (a fraction of the peak range, docs/budget.md), ``max_flow``;
                             fxremat's ``memory_budget_bytes``, ``budget_objective``,
                             ``recompute_flops_per_byte``, ``budget_milp_max_variables``,
-                            ``budget_milp_max_nodes``, ``offload_bandwidth_gbps`` and
-                            ``device_memory_bandwidth_gbps`` (offload as the budget
+                            ``budget_milp_max_nodes``, ``offload_bandwidth_gbps``,
+                            ``device_memory_bandwidth_gbps`` and ``device_tflops``
+                            (offload as the budget
                             solver's third choice), ``peak_model`` (``"eager"`` |
                             ``"inductor"``; default: ``"inductor"`` with the Inductor
                             compiler, else ``"eager"``: Note [Inductor fusion in the

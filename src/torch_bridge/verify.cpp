@@ -597,6 +597,29 @@ class Interpreter {
         return Status::BadInput("'" + target + "' takes a tensor and a device", Where(node));
       return IValue(v.value().toTensor().to(d.value().toDevice()));
     }
+    // The torch_async target's side-stream ops (python/fxremat/_offload_ops.py, not
+    // in libtorch): a transfer is a copy of the tensor (to host, or to the device
+    // named), a wait the identity of its first argument.
+    if (target == "fxremat.offload.default" || target == "fxremat.reload.default") {
+      const bool to_host = target == "fxremat.offload.default";
+      if (node.args().size() != (to_host ? 1u : 2u))
+        return Status::BadInput("'" + target + "' takes " + (to_host ? "a tensor" : "a tensor and a device"), Where(node));
+      Expected<IValue> v = Raw(node.args()[0], node);
+      if (!v.ok()) return v.status();
+      if (!v.value().isTensor()) return Status::BadInput("'" + target + "' takes a tensor", Where(node));
+      c10::Device device(c10::kCPU);
+      if (!to_host) {
+        Expected<IValue> d = Raw(node.args()[1], node);
+        if (!d.ok()) return d.status();
+        if (!d.value().isDevice()) return Status::BadInput("'" + target + "' takes a tensor and a device", Where(node));
+        device = d.value().toDevice();
+      }
+      return IValue(v.value().toTensor().to(device, /*non_blocking=*/false, /*copy=*/true));
+    }
+    if (target == "fxremat.wait_tensor.default") {
+      if (node.args().empty()) return Status::BadInput("'" + target + "' takes a tensor", Where(node));
+      return Raw(node.args()[0], node);
+    }
     if (target == "xla.optimization_barrier.default") {
       if (node.args().size() != 1) return Status::BadInput("'" + target + "' takes one list", Where(node));
       return Raw(node.args()[0], node);

@@ -55,7 +55,8 @@ def test_cpp_defaults_are_functorchs():
     assert set(_MINCUT_DEFAULTS) == set(MINCUT_OPTIONS) - {"max_flow", "memory_budget_bytes", "budget_objective",
                                                            "recompute_flops_per_byte", "budget_milp_max_variables",
                                                            "budget_milp_max_nodes", "peak_model",
-                                                           "offload_bandwidth_gbps", "device_memory_bandwidth_gbps"}
+                                                           "offload_bandwidth_gbps", "device_memory_bandwidth_gbps",
+                                                           "device_tflops"}
     for name, value in _MINCUT_DEFAULTS.items():
         assert functorch_config._config[name].default == value, name
     for name, (value, _, _) in _UNHONOURED_CONFIG.items():
