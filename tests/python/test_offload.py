@@ -188,6 +188,29 @@ def _by_name(graph):
     return {n.name: n for n in graph.nodes}
 
 
+def _trains_like_eager(model, x, options, steps=1):
+    """Trains ``model`` compiled by the fxremat backend with ``options`` against an
+    eager copy, ``steps`` forward+backward passes; returns the last partition record."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fxremat", options=options)
+    for _ in range(steps):
+        for m in (model, ref):
+            m.zero_grad()
+        out = compiled(x)
+        out.sum().backward()
+        want = ref(x)
+        want.sum().backward()
+        torch.testing.assert_close(out, want)
+        for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"gradient of {name}: {m}")
+    rec = fxremat.partition_records()[-1]
+    torch._dynamo.reset()
+    return rec
+
+
 def test_mlp_offload_torch_target():
     model, x = _mlp()
     fw, bw, sig = fxremat.extract(model, x, policy=MLP_POLICY)
@@ -235,11 +258,16 @@ def test_mlp_offload_xla_target_with_barriers():
     assert not bw2.graph.find_nodes(op="call_function", target=torch.ops.xla.optimization_barrier.default)
 
 
-def test_offload_through_fxremat_partition():
+@pytest.mark.parametrize("target", ["torch", "torch_async"])
+def test_offload_through_fxremat_partition(target):
     """fxremat.partition (documents -> from_json) runs the emitted graphs too."""
     model, x = _mlp()
     joint = fxremat.export_joint(model, x)
-    part = fxremat.partition(joint, policy="save_and_offload_only_these_names:save=h1;offload=h2")
+    part = fxremat.partition(joint, policy="save_and_offload_only_these_names:save=h1;offload=h2",
+                             offload_target=target)
+    if target == "torch_async":
+        targets = {str(n.target) for g in (part.forward, part.backward) for n in g.graph.nodes}
+        assert {"fxremat.offload.default", "fxremat.reload.default", "fxremat.wait_tensor.default"} <= targets
     params = [p.detach() for p in model.parameters()]
     outs, grads = part.run([*params, x], [torch.ones(64, 10)])
     model.zero_grad()
@@ -299,16 +327,8 @@ def test_backend_options_offload_and_barrier():
 
     xla_compat.register_all()
     model, x = _mlp()
-    ref = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="fxremat", options={
-        "compiler": "aot_eager", "policy": MLP_POLICY, "offload_target": "xla", "barrier": True})
-    got = compiled(x)
-    got.sum().backward()
-    want = ref(x)
-    want.sum().backward()
-    torch.testing.assert_close(got, want)
-    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"gradient of {name}: {m}")
+    _trains_like_eager(model, x, {"compiler": "aot_eager", "policy": MLP_POLICY, "offload_target": "xla",
+                                  "barrier": True})
     (rec,) = partition_records()
     assert rec.signature["offloaded_bytes"] == 64 * 32 * 4
 
@@ -320,24 +340,9 @@ def test_backend_options_offload_and_barrier():
 def test_offload_compiles_under_inductor(policy):
     """Every offload path compiles with the default Inductor compiler (the transfer is
     prims.device_put, which Inductor lowers) and trains like eager."""
-    import copy
-
-    import torch._dynamo
-
-    torch._dynamo.reset()
     model, x = _mlp()
-    ref = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="fxremat", options={"policy": policy})
-    out = compiled(x)
-    out.sum().backward()
-    want = ref(x)
-    want.sum().backward()
-    torch.testing.assert_close(out, want)
-    for p, q in zip(model.parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad)
-    rec = fxremat.partition_records()[-1]
+    rec = _trains_like_eager(model, x, {"policy": policy})
     assert rec.signature["offloaded_bytes"] > 0
-    torch._dynamo.reset()
 
 
 def test_offload_name_compiles_under_inductor(fresh_compile_state):
@@ -401,30 +406,14 @@ def test_mlp_offload_torch_async_target():
 def test_torch_async_trains_like_eager(fresh_compile_state, compiler):
     """The side-stream ops run under the backend with either compiler (Inductor calls
     them as extern kernels) and training matches eager."""
-    import torch._dynamo
-
-    torch._dynamo.reset()
     model, x = _mlp()
-    ref = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="fxremat", options={
-        "compiler": compiler, "policy": MLP_POLICY, "offload_target": "torch_async"})
-    for _ in range(2):
-        for m in (model, ref):
-            m.zero_grad()
-        out = compiled(x)
-        out.sum().backward()
-        want = ref(x)
-        want.sum().backward()
-        torch.testing.assert_close(out, want)
-        for (name, a), b in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"gradient of {name}: {m}")
-    rec = fxremat.partition_records()[-1]
+    rec = _trains_like_eager(model, x, {"compiler": compiler, "policy": MLP_POLICY, "offload_target": "torch_async"},
+                             steps=2)
     assert rec.signature["offloaded_bytes"] == 64 * 32 * 4
-    torch._dynamo.reset()
 
 
-def test_torch_async_round_trips_through_the_format(tmp_path, repo_root):
-    """The CLI's documents name the ops; fxremat.partition materializes and runs them."""
+def test_torch_async_through_the_cli(tmp_path, repo_root):
+    """The CLI's documents name the ops, and its numeric check runs them."""
     import json
     import subprocess
 
@@ -443,17 +432,6 @@ def test_torch_async_round_trips_through_the_format(tmp_path, repo_root):
     verified = subprocess.run([str(repo_root / "build" / "fxremat"), "verify", str(path), str(out)],
                               capture_output=True, text=True)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    part = fxremat.partition(joint, policy="save_and_offload_only_these_names:save=h1;offload=h2",
-                             offload_target="torch_async")
-    targets = {str(n.target) for g in (part.forward, part.backward) for n in g.graph.nodes}
-    assert {"fxremat.offload.default", "fxremat.reload.default", "fxremat.wait_tensor.default"} <= targets
-    params = [p.detach() for p in model.parameters()]
-    outs, grads = part.run([*params, x], [torch.ones(64, 10)])
-    model.zero_grad()
-    model(x).sum().backward()
-    torch.testing.assert_close(outs[0], model(x))
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(g, p.grad)
 
 
 @pytest.mark.parametrize("kind", ["slice", "expand", "transpose"])
@@ -461,9 +439,6 @@ def test_torch_async_moves_any_layout(fresh_compile_state, kind):
     """A saved value whose layout is not dense (a strided slice, an expand) moves
     synchronously, a dense one (a transpose) on the side stream; under Inductor, whose
     compiled code checks every extern kernel's strides, both train like eager."""
-    import torch._dynamo
-
-    torch._dynamo.reset()
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -478,19 +453,9 @@ def test_torch_async_moves_any_layout(fresh_compile_state, kind):
 
     torch.manual_seed(0)
     model, x = Model(), torch.randn(8 if kind != "transpose" else 16, 16)
-    ref = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="fxremat", options={
-        "policy": "save_and_offload_only_these_names:save=;offload=v", "offload_target": "torch_async"})
-    out = compiled(x)
-    out.sum().backward()
-    want = ref(x)
-    want.sum().backward()
-    torch.testing.assert_close(out, want)
-    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, msg=lambda m: f"gradient of {name}: {m}")
-    rec = fxremat.partition_records()[-1]
+    rec = _trains_like_eager(model, x, {"policy": "save_and_offload_only_these_names:save=;offload=v",
+                                        "offload_target": "torch_async"})
     assert rec.signature["offloaded_bytes"] > 0
-    torch._dynamo.reset()
 
 
 def test_wait_without_a_transfer_is_an_error():
