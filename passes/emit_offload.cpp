@@ -13,6 +13,7 @@
 #include "passes/emit_offload.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -160,21 +161,47 @@ double TransferSeconds(int64_t bytes, const OffloadOptions& options) {
   return static_cast<double>(bytes) / options.link_bytes_per_second;
 }
 
-// Note [Overlapped offload]: the node before which the backward issues the
-// reload of `bytes` that `first_use` waits for -- where the estimated compute
-// from there to first_use covers the transfer, the first node after the
-// placeholders at the earliest.
-Node* PrefetchPoint(Graph& bw, Node* first_use, int64_t bytes, const OffloadOptions& options) {
-  const double transfer = TransferSeconds(bytes, options);
+// Note [Overlapped offload]: where the backward issues each reload. The side
+// stream runs the reloads one after another in issue order, so they are
+// issued in the order their values are first used (a value needed early never
+// queues behind one needed later), each as late as lets it and every later
+// one finish by their first uses: from the last-needed back, a reload must
+// start by min(its first use, the next reload's start) minus its transfer
+// time, and is issued at the last node before which the estimated compute
+// reaches that start (the first node after the placeholders at the earliest).
+// Returns the issue points, indexed like `first_uses`, for the async entries.
+std::vector<Node*> PrefetchPoints(const Graph& bw, const std::vector<Node*>& first_uses,
+                                  const std::vector<int64_t>& bytes, const std::vector<bool>& async,
+                                  const OffloadOptions& options) {
+  const auto& nodes = bw.nodes();
+  std::vector<double> before(nodes.size() + 1, 0);  // compute done before node i runs
+  for (size_t i = 0; i < nodes.size(); ++i)
+    before[i + 1] = before[i] + (IsAsyncTransferOp(*nodes[i]) ? 0 : EstimatedSeconds(*nodes[i], options));
+  std::vector<size_t> order;
+  for (size_t k = 0; k < first_uses.size(); ++k)
+    if (async[k]) order.push_back(k);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return first_uses[a]->index() < first_uses[b]->index(); });
+  std::vector<Node*> points(first_uses.size(), nullptr);
   const size_t first_op = bw.placeholders().size();
-  double covered = 0;
-  size_t at = first_use->index();
-  while (at > first_op && covered < transfer) {
-    --at;
-    const Node& n = *bw.nodes()[at];
-    if (!IsAsyncTransferOp(n)) covered += EstimatedSeconds(n, options);
+  double next_start = std::numeric_limits<double>::infinity();
+  size_t next_issue = nodes.size() - 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const size_t use = first_uses[*it]->index();
+    const double start = std::min(before[use], next_start) - TransferSeconds(bytes[*it], options);
+    // The last node at or before the first use (and no later than the next
+    // reload's issue point, keeping the issue order) whose compute-done
+    // figure is at most `start`.
+    const size_t limit = std::min(use, next_issue);
+    size_t at = static_cast<size_t>(std::upper_bound(before.begin() + static_cast<std::ptrdiff_t>(first_op),
+                                                     before.begin() + static_cast<std::ptrdiff_t>(limit) + 1, start) -
+                                    before.begin());
+    at = at > first_op ? at - 1 : first_op;
+    points[*it] = nodes[at].get();
+    next_start = start;
+    next_issue = at;
   }
-  return bw.nodes()[at].get();
+  return points;
 }
 
 // Note [Overlapped offload]: each forward wait moves from right after its
@@ -320,18 +347,26 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
   // Backward: the placeholder becomes the host copy; the reload takes the joint
   // name right before the first use (with torch_async the wait does, and the
   // reload is issued at its prefetch point, found on the backward as it was).
-  std::vector<Node*> first_uses, prefetches;
-  for (SavedValue* s : todo) {
-    Node* placeholder = bw.placeholders().at(static_cast<size_t>(s->backward_input_index));
+  std::vector<Node*> first_uses;
+  std::vector<int64_t> bytes;
+  std::vector<bool> on_side_stream;
+  for (size_t k = 0; k < todo.size(); ++k) {
+    Node* placeholder = bw.placeholders().at(static_cast<size_t>(todo[k]->backward_input_index));
     Node* first_use = bw.outputNode();
     for (Node* user : placeholder->users())
       if (user->index() < first_use->index()) first_use = user;
     first_uses.push_back(first_use);
-    prefetches.push_back(moves[first_uses.size() - 1] == OffloadTarget::kTorchAsync
-                             ? PrefetchPoint(bw, first_use, StorageBytes(placeholder->val().tensor), options)
-                             : first_use);
+    bytes.push_back(StorageBytes(placeholder->val().tensor));
+    on_side_stream.push_back(moves[k] == OffloadTarget::kTorchAsync);
   }
-  for (size_t k = 0; k < todo.size(); ++k) {
+  const std::vector<Node*> prefetches = PrefetchPoints(bw, first_uses, bytes, on_side_stream, options);
+  // In first-use order, so that reloads issued before one node queue in the
+  // order they are needed.
+  std::vector<size_t> in_use_order(todo.size());
+  for (size_t k = 0; k < in_use_order.size(); ++k) in_use_order[k] = k;
+  std::stable_sort(in_use_order.begin(), in_use_order.end(),
+                   [&](size_t a, size_t b) { return first_uses[a]->index() < first_uses[b]->index(); });
+  for (size_t k : in_use_order) {
     const SavedValue* s = todo[k];
     Node* placeholder = bw.placeholders().at(static_cast<size_t>(s->backward_input_index));
     const ValueFacts device_facts = placeholder->val();

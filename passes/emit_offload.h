@@ -45,8 +45,10 @@ inline Expected<bool> EmitOffload(Partition& p, OffloadTarget target) { return E
 //             started covers it (the side stream runs the copies one after
 //             another; the graph's end at the latest): v stays on the device
 //             until the wait;
-//   backward: r = reload(h, device) issued early, where the backward's
-//             estimated compute since then covers the transfer (prefetch),
+//   backward: r = reload(h, device) issued early (prefetch): the reloads in
+//             the order their values are first used (the side stream runs
+//             them in issue order), each where the estimated compute lets it
+//             and the ones after it finish by their first uses,
 //             v = wait_tensor(r, keepalive=h) right before v's first use.
 // The estimates are a roofline sum (EstimatedSeconds): an op's flops at the
 // device's matmul throughput (device_tflops) plus the bytes it reads and
