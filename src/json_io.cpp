@@ -1053,7 +1053,7 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
   const std::string_view name = name_field->str();
   if (name.empty() || !IsPythonIdentifier(name)) return Fail(JsonPath(path, "name"), "not an identifier");
   names_[index] = name;
-  // The name goes into index_of_ once the node is read (at the end), its slot
+  // The name goes into index_of_ right before the node is made, its slot
   // fetched meanwhile. Reading the node never looks its own name up except in
   // a reference to itself, refused either way; and whatever error ReadNode
   // returns, CheckReferences reports a duplicate name first.
@@ -1114,6 +1114,9 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
         return Fail(fmt::format("{}/args/0/{}", path.str(), i), "an output entry must be a node reference or null");
     }
   }
+  // Before the node exists: a graph never holds two nodes of one name
+  // (Graph::createNode asserts it).
+  if (index_of_.Insert(index, name_hash) != NameIndex::kEmpty) return Fail(JsonPath(path, "name"), "duplicate node name");
   Node* node = graph_->createNode(op, std::string(name), target, std::move(args), std::move(kwargs));
   created_.push_back(node);
   if (auto meta = f.find("meta")) FXREMAT_RETURN_IF_ERROR(ReadMeta(*meta, JsonPath(path, "meta"), node));
@@ -1132,7 +1135,6 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
     if (path_field->kind() != JKind::kString) return Fail(JsonPath(path, "path"), "expected a string");
     node->setPath(std::string(path_field->str()));
   }
-  if (index_of_.Insert(index, name_hash) != NameIndex::kEmpty) return Fail(JsonPath(path, "name"), "duplicate node name");
   return Status::Ok();
 }
 
