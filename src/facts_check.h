@@ -38,6 +38,11 @@ inline constexpr int kMaxTupleNesting = 64;
 // others, so that each form's reader reads what the other's writer wrote.
 bool IsLayoutName(std::string_view name);
 bool IsMemoryFormatName(std::string_view name);
+// A device as torch's str(device) prints it: a type of lowercase letters,
+// digits and underscores, starting with a letter, then optionally ":" and an
+// index. (The text form writes a tensor's device bare, so a device "# op cpu"
+// read from JSON made text its reader refused; found by tests/fuzz/fuzz_loader.cpp.)
+bool IsDeviceName(std::string_view name);
 
 // Node names are Python identifiers; call_function targets and get_attr paths
 // are identifiers joined by dots (docs/format.md, "nodes"): the text form writes

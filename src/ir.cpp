@@ -542,6 +542,22 @@ bool IsLayoutName(std::string_view name) {
   return std::find(std::begin(kLayouts), std::end(kLayouts), name) != std::end(kLayouts);
 }
 
+bool IsDeviceName(std::string_view name) {
+  const size_t colon = name.find(':');
+  const std::string_view type = name.substr(0, colon);
+  auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (type.empty() || !lower(type[0])) return false;
+  for (char c : type)
+    if (!lower(c) && !digit(c) && c != '_') return false;
+  if (colon == std::string_view::npos) return true;
+  const std::string_view index = name.substr(colon + 1);
+  if (index.empty() || index.size() > 9) return false;
+  for (char c : index)
+    if (!digit(c)) return false;
+  return true;
+}
+
 bool IsMemoryFormatName(std::string_view name) {
   static constexpr std::string_view kFormats[] = {"contiguous_format", "channels_last", "channels_last_3d",
                                                   "preserve_format"};

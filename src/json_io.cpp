@@ -787,6 +787,8 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
       return Fail(JsonPath(JsonPath(path, problem->field), problem->index), problem->message);
     if (auto device = f.find("device")) {
       if (device->kind() != JKind::kString) return Fail(JsonPath(path, "device"), "expected a string");
+      if (!IsDeviceName(device->str()))
+        return Fail(JsonPath(path, "device"), fmt::format("not a device: '{}' (cpu, cuda:0, ...)", device->str()));
       // Interning takes a lock; nearly every tensor of a graph is on one device.
       if (device->str() != last_device_.str()) last_device_ = InternedString(device->str());
       v.tensor.device = last_device_;
@@ -926,7 +928,10 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
         if (!d) return Fail(path, fmt::format("unknown dtype '{}'", text));
         return Argument::OfDType(*d);
       }
-      if (key == "device") return Argument::Device(std::string(text));
+      if (key == "device") {
+        if (!IsDeviceName(text)) return Fail(path, fmt::format("not a device: '{}' (cpu, cuda:0, ...)", text));
+        return Argument::Device(std::string(text));
+      }
       if (key == "op") {
         if (text.empty()) return Fail(path, "an empty operator name");
         return Argument::Op(std::string(text));

@@ -342,6 +342,8 @@ class FactsParser {
     while (pos_ < s_.size() && s_[pos_] != ' ' && s_[pos_] != ',' && s_[pos_] != ')') ++pos_;
     v.tensor.device = std::string(s_.substr(start, pos_ - start));
     if (v.tensor.device.empty()) return Err("missing device");
+    if (!IsDeviceName(v.tensor.device.str()))
+      return Err(fmt::format("not a device: '{}' (cpu, cuda:0, ...)", v.tensor.device.str()));
     if (s_.substr(pos_, 3) == " rg") { v.tensor.requires_grad = true; pos_ += 3; }
     if (s_.substr(pos_, 2) == " @") {
       pos_ += 2;
@@ -727,6 +729,7 @@ Expected<Argument> Parser::ParseArgument(Lexer& lex) {
           FXREMAT_ASSIGN_OR_RETURN(int64_t index, lex.ExpectInt());
           type += ":" + std::to_string(index);
         }
+        if (!IsDeviceName(type)) return lex.Error(tok.col, fmt::format("not a device: '{}' (cpu, cuda:0, ...)", type));
         FXREMAT_RETURN_IF_ERROR(lex.Expect(")"));
         return Argument::Device(type);
       }
