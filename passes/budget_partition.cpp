@@ -189,10 +189,6 @@ class BudgetSolver {
     offload_ = options_.OffloadOptionsFor(options_.offload_target == OffloadTarget::kTorchAsync
                                               ? OffloadTarget::kTorchAsync
                                               : OffloadTarget::kTorch);
-    // A second of waiting in the recompute cost's unit: the flops the device
-    // does in it (the recompute cost counts a flop as one, and what the solver
-    // trades against the wait is mostly matmuls).
-    flops_equivalent_per_second_ = offload_.device_flops_per_second;
     const size_t n = g_.size();
     pos_.assign(n, -1);
     is_forward_.assign(n, false);
@@ -391,8 +387,11 @@ class BudgetSolver {
     ev.offloaded_bytes = p.signature.offloadedBytes();
     ev.cost = PartitionRecomputeCost(*p.forward, *p.backward, options_.recompute_flops_per_byte);
     if (ev.offloaded_bytes > 0)
+      // A second of waiting costs the flops the device does in it (the
+      // recompute cost counts a flop as one, and what the solver trades
+      // against the wait is mostly matmuls).
       ev.cost += offload_.target == OffloadTarget::kTorchAsync
-                     ? ExposedTransferSeconds(p, offload_) * flops_equivalent_per_second_
+                     ? ExposedTransferSeconds(p, offload_) * offload_.device_flops_per_second
                      : offload_cost_per_byte_ * static_cast<double>(ev.offloaded_bytes);
     {
       std::lock_guard<std::mutex> lock(cache_mutex_);
@@ -662,9 +661,9 @@ class BudgetSolver {
   // sit far above a tight target, so offloading them down to it moves more
   // than any compute hides. So for a target, the solver also solves a relaxed
   // target -- the target plus a quarter, half and all of those hideable
-  // bytes, without offload -- and offloads from each answer, largest saved
-  // values first, the fewest that bring its peak within the target; the
-  // cheapest that beats `bound` is returned.
+  // bytes, without offload -- and offloads from each answer (OffloadFrom) the
+  // fewest values that bring its peak within the target; the cheapest that
+  // beats `bound` is returned.
   Expected<std::optional<Candidate>> RelaxedOffloadCandidate(int64_t target, double bound) {
     std::optional<Candidate> best;
     if (offload_cost_per_byte_ <= 0 || offload_.target != OffloadTarget::kTorchAsync) return best;
@@ -715,7 +714,7 @@ class BudgetSolver {
     return best;
   }
 
-  // From `base`'s saved values, the largest first, the fewest to offload that
+  // From `base`'s saved values, in the order below, the fewest to offload that
   // bring the peak within `target` (binary search: offloading more never
   // raises the device peak), if any.
   Expected<std::optional<Candidate>> OffloadFrom(const Candidate& base, int64_t target) {
@@ -1672,7 +1671,6 @@ class BudgetSolver {
   std::atomic<int64_t> evaluations_{0};
   double offload_cost_per_byte_ = 0;  // 0: offload is not a choice (Note [Offload in the budget])
   OffloadOptions offload_;             // how the offloaded values move (torch or torch_async)
-  double flops_equivalent_per_second_ = 0;
 };
 
 }  // namespace

@@ -161,6 +161,25 @@ double TransferSeconds(int64_t bytes, const OffloadOptions& options) {
   return static_cast<double>(bytes) / options.link_bytes_per_second;
 }
 
+// The estimated compute done before each node of g runs (one entry more than
+// g has nodes; never decreasing). Transfers and waits compute nothing.
+std::vector<double> ComputeDoneBefore(const Graph& g, const OffloadOptions& options) {
+  const auto& nodes = g.nodes();
+  std::vector<double> before(nodes.size() + 1, 0);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    before[i + 1] = before[i] + (IsAsyncTransferOp(*nodes[i]) ? 0 : EstimatedSeconds(*nodes[i], options));
+  return before;
+}
+
+// 0 .. n-1, ordered by key(i) (stable: ties keep index order).
+template <typename Key>
+std::vector<size_t> IndicesOrderedBy(size_t n, Key key) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  return order;
+}
+
 // Note [Overlapped offload]: where the backward issues each reload. The side
 // stream runs the reloads one after another in issue order, so they are
 // issued in the order their values are first used (a value needed early never
@@ -169,19 +188,16 @@ double TransferSeconds(int64_t bytes, const OffloadOptions& options) {
 // start by min(its first use, the next reload's start) minus its transfer
 // time, and is issued at the last node before which the estimated compute
 // reaches that start (the first node after the placeholders at the earliest).
-// Returns the issue points, indexed like `first_uses`, for the async entries.
+// `in_use_order` lists the entries by first use. Returns the issue points,
+// indexed like `first_uses`, for the async entries.
 std::vector<Node*> PrefetchPoints(const Graph& bw, const std::vector<Node*>& first_uses,
-                                  const std::vector<int64_t>& bytes, const std::vector<bool>& async,
-                                  const OffloadOptions& options) {
+                                  const std::vector<size_t>& in_use_order, const std::vector<int64_t>& bytes,
+                                  const std::vector<bool>& async, const OffloadOptions& options) {
   const auto& nodes = bw.nodes();
-  std::vector<double> before(nodes.size() + 1, 0);  // compute done before node i runs
-  for (size_t i = 0; i < nodes.size(); ++i)
-    before[i + 1] = before[i] + (IsAsyncTransferOp(*nodes[i]) ? 0 : EstimatedSeconds(*nodes[i], options));
+  const std::vector<double> before = ComputeDoneBefore(bw, options);
   std::vector<size_t> order;
-  for (size_t k = 0; k < first_uses.size(); ++k)
+  for (size_t k : in_use_order)
     if (async[k]) order.push_back(k);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return first_uses[a]->index() < first_uses[b]->index(); });
   std::vector<Node*> points(first_uses.size(), nullptr);
   const size_t first_op = bw.placeholders().size();
   double next_start = std::numeric_limits<double>::infinity();
@@ -212,14 +228,9 @@ std::vector<Node*> PrefetchPoints(const Graph& bw, const std::vector<Node*>& fir
 void SinkForwardWaits(const Graph& fw, const std::vector<SavedValue*>& todo, const std::vector<OffloadTarget>& moves,
                       const std::vector<Node*>& starts, std::vector<Node*>& anchors, const OffloadOptions& options) {
   const auto& nodes = fw.nodes();
-  std::vector<double> before(nodes.size() + 1, 0);  // compute done before node i runs
-  for (size_t i = 0; i < nodes.size(); ++i) before[i + 1] = before[i] + EstimatedSeconds(*nodes[i], options);
-  std::vector<size_t> order(todo.size());
-  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return starts[a]->index() < starts[b]->index(); });
+  const std::vector<double> before = ComputeDoneBefore(fw, options);
   double side_stream_free = 0;
-  for (size_t k : order) {
+  for (size_t k : IndicesOrderedBy(todo.size(), [&](size_t i) { return starts[i]->index(); })) {
     if (moves[k] != OffloadTarget::kTorchAsync) continue;  // synchronous: at the anchor
     const double begin = std::max(before[starts[k]->index()], side_stream_free);
     side_stream_free = begin + TransferSeconds(StorageBytes(todo[k]->facts.tensor), options);
@@ -359,13 +370,11 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
     bytes.push_back(StorageBytes(placeholder->val().tensor));
     on_side_stream.push_back(moves[k] == OffloadTarget::kTorchAsync);
   }
-  const std::vector<Node*> prefetches = PrefetchPoints(bw, first_uses, bytes, on_side_stream, options);
   // In first-use order, so that reloads issued before one node queue in the
   // order they are needed.
-  std::vector<size_t> in_use_order(todo.size());
-  for (size_t k = 0; k < in_use_order.size(); ++k) in_use_order[k] = k;
-  std::stable_sort(in_use_order.begin(), in_use_order.end(),
-                   [&](size_t a, size_t b) { return first_uses[a]->index() < first_uses[b]->index(); });
+  const std::vector<size_t> in_use_order =
+      IndicesOrderedBy(todo.size(), [&](size_t i) { return first_uses[i]->index(); });
+  const std::vector<Node*> prefetches = PrefetchPoints(bw, first_uses, in_use_order, bytes, on_side_stream, options);
   for (size_t k : in_use_order) {
     const SavedValue* s = todo[k];
     Node* placeholder = bw.placeholders().at(static_cast<size_t>(s->backward_input_index));
