@@ -265,7 +265,13 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   // 6. and 7.
   FXREMAT_RETURN_IF_ERROR(RunPartitionPass("emit-offload", p, pass_options).status());
   if (request.barrier) FXREMAT_RETURN_IF_ERROR(RunPartitionPass("insert-barriers", p, pass_options).status());
-  // 8. What the step's peak will be (Note [Peak model]).
+  // 8. What the step's peak will be.
+  if (request.simulate_peak) FXREMAT_RETURN_IF_ERROR(AttachStepPeak(p, request));
+  return p;
+}
+
+Status AttachStepPeak(Partition& p, const PartitionRequest& request) {
+  // Note [Peak model].
   Expected<PeakEstimate> simulated = [&] {
     ScopedPhase phase("simulate-peak");
     return SimulatePeak(p, request.mincut.peak_model);
@@ -282,7 +288,7 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
   summary.graph = peak.peak_graph;
   summary.live_after_forward_bytes = peak.live_after_forward_bytes;
   p.signature.peak = summary;
-  return p;
+  return Status::Ok();
 }
 
 }  // namespace fxremat

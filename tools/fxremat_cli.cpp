@@ -150,8 +150,35 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<OutputFile>& 
   fs::path staging = parent / fmt::format(".{}.fxremat-staging.{}", target.filename().string(), ::getpid());
   fs::remove_all(staging, ec);
   if (!fs::create_directory(staging, ec)) return Status::BadInput("cannot create the output directory", dir);
-  for (const OutputFile& f : files) {
-    Status st = f.write((staging / f.name).string());
+  // The files are written at once, each on its own thread but the first
+  // (Note [Texts beside the graphs]): a writer only reads what it writes, and
+  // at a million nodes each graph takes about half a second. A thread that
+  // cannot start leaves its file to this one. The first failure in file order
+  // is the one reported.
+  // Their phases join this thread's log once they are done.
+  std::vector<Status> written_status(files.size());
+  PhaseLog* const log = CurrentPhaseLog();
+  std::vector<PhaseLog> writer_logs(files.size());
+  {
+    ScopedPhase phase("write-files");
+    std::vector<std::jthread> writers;
+    std::vector<size_t> inline_files = {0};
+    for (size_t i = 1; i < files.size(); ++i) {
+      try {
+        writers.emplace_back([&, i] {
+          ScopedPhaseLog install(log ? &writer_logs[i] : nullptr);
+          written_status[i] = files[i].write((staging / files[i].name).string());
+        });
+      } catch (const std::system_error&) {
+        inline_files.push_back(i);
+      }
+    }
+    for (size_t i : inline_files)
+      if (i < files.size()) written_status[i] = files[i].write((staging / files[i].name).string());
+  }  // joins the writers
+  if (log)
+    for (const PhaseLog& l : writer_logs) log->Merge(l);
+  for (Status& st : written_status) {
     if (!st.ok()) {
       fs::remove_all(staging, ec);
       return st;
@@ -322,15 +349,21 @@ struct PartitionFlags {
   }
 };
 
-// Loads the joint graph at `path` and partitions it as the flags say.
-Expected<Partition> PartitionFile(const std::string& path, const PartitionFlags& flags) {
+// Loads the joint graph at `path` and partitions it as the flags say. With
+// `request_out`, the step's peak is left to the caller (AttachStepPeak with
+// the request stored there); otherwise it is in the signature.
+Expected<Partition> PartitionFile(const std::string& path, const PartitionFlags& flags,
+                                  PartitionRequest* request_out = nullptr) {
   FXREMAT_ASSIGN_OR_RETURN(PartitionRequest request, flags.Request());
+  request.simulate_peak = request_out == nullptr;
+  if (request_out) *request_out = request;
   FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, LoadForWork(path));
   if (graph->kind() != GraphKind::kJoint)
     return Status::BadInput(fmt::format("expected a joint graph, got a {} graph", GraphKindName(graph->kind())), path);
   Expected<Partition> partition = RunPartition(*graph, request);
   if (!partition.ok()) return partition.status().WithContext(path);
-  return partition;  // the joint graph is freed here: its memory serves the writing (peak RSS)
+  BuryGraph(std::move(graph));  // Note [Graphs outlive the command]
+  return partition;
 }
 
 // What `partition` prints after the files are written: the saved values and
@@ -359,7 +392,8 @@ std::string PartitionSummary(const Partition& p, const std::string& partitioner,
 
 int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, const std::string& out_dir,
                         const std::string& print) {
-  auto partition = PartitionFile(path, flags);
+  PartitionRequest request;
+  auto partition = PartitionFile(path, flags, &request);
   if (!partition.ok()) return Fail(partition.status());
   const Partition& p = *partition;
   struct BuryAtReturn {  // Note [Graphs outlive the command]
@@ -370,20 +404,30 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
     }
   } bury_at_return{*partition};
   for (const std::string& note : p.signature.notes) std::cerr << "fxremat: warning: " << note << "\n";
-  // Note [Texts beside the graphs]: signature.json's text and the summary
-  // only read the partition, as the graph writer does; a second thread builds
-  // them while this one writes forward.json and backward.json (a third of a
-  // second at a million nodes), or this thread does when none can start. A
-  // failure to build the signature fails its file (WriteAllOrNothing removes
-  // what was staged); one to build the summary is rethrown after the files
-  // are written, where it used to happen. The thread's phases join this
-  // thread's log (FXREMAT_PHASES=1 shows them beside write-graph).
+  // Note [Texts beside the graphs]: the step's peak (simulated on the emitted
+  // graphs and checked against the budget), signature.json's text and the
+  // summary only read the graphs, as the graph writers do; a second thread
+  // computes them while forward.json and backward.json are written (each on
+  // its own thread: WriteAllOrNothing), or this thread does when none can
+  // start. At a million nodes the three take about as long as the two graphs'
+  // writing, a second and a half in all, which two cores halve. A peak over
+  // the budget or a failure to build the signature fails signature.json, and
+  // WriteAllOrNothing removes what was staged: nothing is written; one to
+  // build the summary is rethrown after the files are written, where it used
+  // to happen. The thread's phases join this thread's log (FXREMAT_PHASES=1
+  // shows them beside write-graph).
   std::string signature_text, summary;
+  Status peak_status;
   std::exception_ptr signature_failed, summary_failed;
   PhaseLog* const log = CurrentPhaseLog();
   PhaseLog texts_log;
   auto build_texts = [&] {
     ScopedPhaseLog install(log ? &texts_log : nullptr);
+    peak_status = AttachStepPeak(*partition, request);
+    if (!peak_status.ok()) {
+      peak_status = peak_status.WithContext(path);
+      return;
+    }
     if (!out_dir.empty()) {
       try {
         ScopedPhase phase("write-signature");
@@ -421,6 +465,7 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
         {"signature.json",
          [&](const std::string& file) -> Status {
            texts_ready();
+           if (!peak_status.ok()) return peak_status;
            if (signature_failed) {
              try {
                std::rethrow_exception(signature_failed);
@@ -437,6 +482,7 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
     if (!st.ok()) return Fail(st);
   }
   texts_ready();
+  if (!peak_status.ok()) return Fail(peak_status);
   if (summary_failed) std::rethrow_exception(summary_failed);
   if (print == "code") {
     std::cout << "# ---- forward ----\n" << PrintGraph(*p.forward) << "\n# ---- backward ----\n"

@@ -51,6 +51,11 @@ struct PartitionRequest {
   OffloadTarget offload_target = OffloadTarget::kTorch;
   bool barrier = false;                // xla target only
   bool keep_annotations = false;       // keep the naming ops in the emitted graphs
+  // Step 8 (the step's peak, checked against the budget) inside RunPartition.
+  // A caller that has other work for the emitted graphs meanwhile (the CLI
+  // writes them: Note [Texts beside the graphs]) sets this false and calls
+  // AttachStepPeak itself before it uses the signature.
+  bool simulate_peak = true;
 };
 
 // Step 2 for "mincut" (Note [Partition pipeline]): on a copy of `joint`, the
@@ -64,6 +69,12 @@ Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& opt
 // default partitioner, barrier without the xla target: bad input) and runs the
 // pipeline on a copy of `joint`.
 Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& request);
+
+// Step 8 of the pipeline: simulates the emitted graphs' step peak (Note [Peak
+// model]) into p.signature.peak and fails, as an internal error, if it is over
+// the budget the partition was solved for (Note [Peak budget]). Reads only
+// the emitted graphs, so it may run beside a writer of them.
+Status AttachStepPeak(Partition& p, const PartitionRequest& request);
 
 // The graph the min cut (and the budget solver) cuts: `joint` after the
 // preparation stages of RunMinCutStages, always a copy.
