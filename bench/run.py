@@ -456,17 +456,20 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
     phase_rows = [r for r in rows if r.get("cli_phases")]
     if phase_rows:
         add("Where the CLI's time goes, by phase (medians, from `FXREMAT_PHASES=1 fxremat partition ...`, which")
-        add("times each phase with `fxremat/phases.h`). Phases nest: **prepare** includes the `find-*` / `has-*`")
-        add("checks and any preparation passes, **cut** includes classify, solve, extract and check-signature;")
-        add("**simulate-peak** is the step-peak simulation the signature reports; **destroy-graph** is freeing")
-        add("the joint graph (the CLI leaves the emitted ones to the process's exit); **write-graph** is")
-        add("`forward.json` and `backward.json`, **write-signature** building `signature.json`'s text; the rest is")
-        add("process start-up, the other passes and untimed glue. write-signature and print-summary run on a second")
-        add("thread while write-graph runs (Note [Texts beside the graphs]), so they overlap it in wall time.")
+        add("times each phase with `fxremat/phases.h`). Phases nest: **build-graph** includes **index-names** (a")
+        add("large document's node names, indexed before its nodes are read on two threads: Note [Reading nodes on")
+        add("two threads]), **prepare** includes the `find-*` / `has-*` checks and any preparation passes, **cut**")
+        add("includes classify, solve, extract and check-signature. **write-files** is the wall time of writing")
+        add("the three files, each on its own thread, while a fourth simulates the step's peak")
+        add("(**simulate-peak**) and builds signature.json's text (**write-signature**) and the summary")
+        add("(Note [Texts beside the graphs]); **write-graph** is the *sum* of the two graph writers' times, so")
+        add("it and those three phases overlap write-files. The joint graph is left to the process's exit, as the")
+        add("emitted ones are (Note [Graphs outlive the command]). The rest is process start-up, the other passes")
+        add("and untimed glue.")
         add("")
-        cols = ["read-file", "parse-json", "build-graph", "verify-graph", "prepare", "find-common-subexpressions",
-                "cut", "classify", "solve-min-cut", "extract", "check-signature", "reorder-backward",
-                "simulate-peak", "destroy-graph", "write-graph", "write-signature", "print-summary"]
+        cols = ["read-file", "parse-json", "build-graph", "index-names", "verify-graph", "prepare",
+                "find-common-subexpressions", "cut", "classify", "solve-min-cut", "extract", "check-signature",
+                "reorder-backward", "write-files", "simulate-peak", "write-graph", "write-signature", "print-summary"]
         add("| graph | " + " | ".join(cols) + " | CLI total |")
         add("|---|" + "---:|" * (len(cols) + 1))
         for r in phase_rows:
@@ -476,7 +479,8 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
         add("")
         add("I/O throughput from the same phases: **load** = the graph's uncompressed JSON ÷ (read-file +")
         add("parse-json + build-graph; read-file includes gunzip of a `.json.gz`); **write** = the bytes of")
-        add("`forward.json` + `backward.json` ÷ write-graph (format 1.5: each distinct stack trace once).")
+        add("`forward.json` + `backward.json` ÷ write-graph (format 1.5: each distinct stack trace once; the")
+        add("two writers' times summed, so this is one writer's rate, not the wall-clock rate of both).")
         add("**CLI peak RSS** is the CLI's own VmHWM (`peak-rss-kb`, printed with the phases), the largest")
         add("over the runs.")
         add("")

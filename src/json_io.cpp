@@ -19,9 +19,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
+#include <system_error>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -100,6 +103,8 @@ class NlohmannValue {
     if (it == j_->end()) return std::nullopt;
     return NlohmannValue(*it);
   }
+  // An object's keys are unique here.
+  std::optional<NlohmannValue> first_field(std::string_view key) const { return find(key); }
   // Objects: the fields in key order.
   std::vector<std::pair<std::string_view, NlohmannValue>> items() const {
     std::vector<std::pair<std::string_view, NlohmannValue>> out;
@@ -203,6 +208,14 @@ class SimdValue {
     simdjson::dom::element e;
     Checked(Array().at(i).get(e));
     return SimdValue(e);
+  }
+  // The first field named `key`, looking no further: quicker than find() when
+  // the key comes early, but not what nlohmann reads when a key is repeated.
+  std::optional<SimdValue> first_field(std::string_view key) const {
+    if (e_.type() != simdjson::dom::element_type::OBJECT) return std::nullopt;
+    for (simdjson::dom::key_value_pair field : Object())
+      if (field.key == key) return SimdValue(field.value);
+    return std::nullopt;
   }
   // The last field named `key` (nlohmann keeps the last of duplicate keys).
   std::optional<SimdValue> find(std::string_view key) const {
@@ -430,6 +443,9 @@ class GraphReader {
   Status Fail(const JsonPath& path, const std::string& message) {
     return Status::BadInput(message, prefix_ + path.str());
   }
+  Status FollowsOutput(const JsonPath& node_path, std::string_view name) {
+    return Fail(node_path, fmt::format("node '{}' follows the output node (the output node must be last)", name));
+  }
   // An integer that fits int64 (a JSON integer above INT64_MAX is refused, not
   // wrapped to a negative number).
   Expected<int64_t> ReadInt64(const V& j, const JsonPath& path, const char* what) {
@@ -445,12 +461,47 @@ class GraphReader {
   Status ReadGraphFacts(const V& doc);
   Status ReadOps(const V& ops);
   Status CheckReferences(const std::vector<V>& nodes);
-  Status ReadNode(const V& j, size_t index);
-  Expected<Argument> ReadArgument(const V& j, const JsonPath& path, std::string_view node_name, int depth = 0);
-  Expected<ValueFacts> ReadValueFacts(const V& j, const JsonPath& path, int depth = 0);
+  // Note [Reading nodes on two threads]: a node is parsed (ParseNode, which
+  // may run on a second thread) and then created in the graph (CreateNode,
+  // in node order, on the reading thread).
+  struct PendingNode {
+    OpKind op = OpKind::kPlaceholder;
+    std::string_view name, target;  // view the document
+    // A reference is a kNode argument whose node is null and whose int_value
+    // is the node's index in "nodes" (always an earlier one); CreateNode
+    // resolves it.
+    std::vector<Argument> args;
+    Kwargs kwargs;
+    ValueFacts val;
+    NodeMeta meta;
+    PlaceholderRole role = PlaceholderRole::kNone;
+    std::optional<std::string_view> path;
+  };
+  // What parsing a node changes besides the node: each thread has its own.
+  struct ParseState {
+    InternedString last_device = CpuDeviceName();  // the device the last tensor read was on
+    // Stack traces read so far, by text: nodes with the same trace share one
+    // copy (SharedText). Keys view the stored texts.
+    std::unordered_map<std::string_view, SharedText> texts;
+    // The second reading thread's index of the names of the nodes it reads
+    // (index_of_ holds the earlier ones); null on the first thread.
+    const NameIndex* later_names = nullptr;
+  };
+  Status ReadNodes(const V& nodes_field, size_t count);
+  Status ReadNodesOnTwoThreads(const V& nodes_field, size_t count);
+  // Puts the names of nodes [begin, end) into `index` (and names_), failing on
+  // a name it already holds; `nodes` gets the node views.
+  Status IndexNames(const V& nodes_field, size_t begin, size_t end, NameIndex& index, std::vector<V>& nodes);
+  // `shared_index`: index_of_ already holds every node's name (two threads);
+  // otherwise each name goes in as its node is parsed, the earlier ones before it.
+  Status ParseNode(const V& j, size_t index, bool shared_index, ParseState& state, PendingNode& out);
+  Node* CreateNode(PendingNode& pending);
+  Expected<Argument> ReadArgument(const V& j, const JsonPath& path, std::string_view node_name, size_t node_index,
+                                  const ParseState& state, int depth = 0);
+  Expected<ValueFacts> ReadValueFacts(const V& j, const JsonPath& path, ParseState& state, int depth = 0);
   Expected<Dim> ReadDim(const V& j, const JsonPath& path);
   Status ReadDims(const V& list, const JsonPath& path, DimVector& out);
-  Status ReadMeta(const V& j, const JsonPath& path, Node* node);
+  Status ReadMeta(const V& j, const JsonPath& path, ParseState& state, PendingNode& node);
   Status ReadConstants(const V& constants);
   Status ReadSubgraphs(const V& subgraphs);
   Status InferRolesAndTangents();
@@ -458,6 +509,7 @@ class GraphReader {
                                                  const JsonPath& path);
 
   std::string sidecar_dir_;  // where sidecar files are; empty: none may be referenced
+  bool two_threads_ = true;  // a large document's nodes may be read on two threads
   std::string prefix_;       // the JSON path of a nested subgraph document; empty at the top
   int nesting_ = 0;          // how deep this document is nested in subgraphs
   std::map<std::string, std::map<std::string, SafetensorsEntry>> sidecars_;
@@ -467,18 +519,15 @@ class GraphReader {
   // created so far by index: references resolve without the graph's name table.
   NameIndex index_of_;
   std::vector<SharedText> stack_traces_;  // the document's "stack_traces" (Note [Stack-trace table])
-  InternedString last_device_ = CpuDeviceName();  // the device the last tensor read was on
+  ParseState state_;                      // the reading thread's
   std::vector<std::string_view> names_;  // by index
   std::vector<Node*> created_;
   const JsonPath root_;
-  // Stack traces read so far, by text: nodes with the same trace share one copy
-  // (SharedText). Keys view the stored texts.
-  std::unordered_map<std::string_view, SharedText> texts_;
-  SharedText InternedText(std::string_view text) {
+  static SharedText InternedText(ParseState& state, std::string_view text) {
     if (text.empty()) return SharedText();
-    if (auto it = texts_.find(text); it != texts_.end()) return it->second;
+    if (auto it = state.texts.find(text); it != state.texts.end()) return it->second;
     SharedText shared{std::string(text)};
-    texts_.emplace(shared.str(), shared);
+    state.texts.emplace(shared.str(), shared);
     return shared;
   }
 };
@@ -759,7 +808,7 @@ Status GraphReader<V>::ReadDims(const V& list, const JsonPath& path, DimVector& 
 }
 
 template <typename V>
-Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& path, int depth) {
+Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& path, ParseState& state, int depth) {
   const auto& f = j.fields();
   std::optional<V> kind_field;
   if (j.kind() == JKind::kObject) kind_field = f.find("kind");
@@ -790,8 +839,8 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
       if (!IsDeviceName(device->str()))
         return Fail(JsonPath(path, "device"), fmt::format("not a device: '{}' (cpu, cuda:0, ...)", device->str()));
       // Interning takes a lock; nearly every tensor of a graph is on one device.
-      if (device->str() != last_device_.str()) last_device_ = InternedString(device->str());
-      v.tensor.device = last_device_;
+      if (device->str() != state.last_device.str()) state.last_device = InternedString(device->str());
+      v.tensor.device = state.last_device;
     }
     if (auto storage = f.find("storage"); !IsNullOrAbsent(storage)) {
       if (!IsInteger(*storage)) return Fail(JsonPath(path, "storage"), "expected an integer");
@@ -820,7 +869,7 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
     const JsonPath items_path(path, "items");
     size_t i = 0;
     FXREMAT_RETURN_IF_ERROR(items->each([&](const V& item_json) -> Status {
-      FXREMAT_ASSIGN_OR_RETURN(ValueFacts item, ReadValueFacts(item_json, JsonPath(items_path, i++), depth + 1));
+      FXREMAT_ASSIGN_OR_RETURN(ValueFacts item, ReadValueFacts(item_json, JsonPath(items_path, i++), state, depth + 1));
       v.items.push_back(std::move(item));
       return Status::Ok();
     }));
@@ -846,7 +895,7 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
 
 template <typename V>
 Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path, std::string_view node_name,
-                                                int depth) {
+                                                size_t node_index, const ParseState& state, int depth) {
   switch (j.kind()) {
     case JKind::kNull: return Argument::None();
     case JKind::kBool: return Argument::Bool(j.boolean());
@@ -864,7 +913,7 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
       items.reserve(j.size());
       size_t i = 0;
       FXREMAT_RETURN_IF_ERROR(j.each([&](const V& item) -> Status {
-        FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(item, JsonPath(path, i++), node_name, depth + 1));
+        FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(item, JsonPath(path, i++), node_name, node_index, state, depth + 1));
         items.push_back(std::move(a));
         return Status::Ok();
       }));
@@ -874,11 +923,14 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
       if (j.size() != 1) break;
       auto [key, value] = j.only_field();
       if (key == "node" && value.kind() == JKind::kString) {
-        const size_t target = index_of_.Find(value.str());  // kEmpty when absent
-        if (target >= created_.size())
+        size_t target = index_of_.Find(value.str());  // kEmpty when absent
+        if (target == NameIndex::kEmpty && state.later_names) target = state.later_names->Find(value.str());
+        if (target >= node_index)
           return Fail(path, fmt::format("node '{}' references '{}', which is not defined before it", node_name,
                                         value.str()));
-        return Argument::NodeRef(created_[target]);
+        Argument ref = Argument::NodeRef(nullptr);  // resolved by CreateNode
+        ref.int_value = static_cast<int64_t>(target);
+        return ref;
       }
       if (key == "complex") {  // a Python complex scalar: [real, imag], each a number or {"float": ...}
         if (value.kind() != JKind::kArray || value.size() != 2)
@@ -887,7 +939,7 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
         const JsonPath complex_path(path, "complex");
         for (size_t i = 0; i < 2; ++i) {
           const JsonPath part_path(complex_path, i);
-          FXREMAT_ASSIGN_OR_RETURN(Argument part, ReadArgument(value.at(i), part_path, node_name, depth + 1));
+          FXREMAT_ASSIGN_OR_RETURN(Argument part, ReadArgument(value.at(i), part_path, node_name, node_index, state, depth + 1));
           if (part.kind == Argument::Kind::kDouble) parts[i] = part.double_value;
           else if (part.kind == Argument::Kind::kInt) parts[i] = static_cast<double>(part.int_value);
           else return Fail(part_path, "expected a number");
@@ -909,7 +961,7 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
             return Fail(item_path, "a dict item is [key, value] with a string key");
           if (!keys.emplace(item.at(0).str()).second)
             return Fail(item_path, fmt::format("the key '{}' is given twice", item.at(0).str()));
-          FXREMAT_ASSIGN_OR_RETURN(Argument v, ReadArgument(item.at(1), JsonPath(item_path, 1), node_name, depth + 3));
+          FXREMAT_ASSIGN_OR_RETURN(Argument v, ReadArgument(item.at(1), JsonPath(item_path, 1), node_name, node_index, state, depth + 3));
           items.push_back(Argument::List({Argument::String(std::string(item.at(0).str())), std::move(v)}));
           return Status::Ok();
         }));
@@ -952,14 +1004,13 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
 }
 
 template <typename V>
-Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
+Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, ParseState& state, PendingNode& node) {
   if (j.kind() != JKind::kObject) return Fail(path, "expected an object");
   const auto& f = j.fields();
   if (auto val = f.find("val")) {
-    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(*val, JsonPath(path, "val")));
-    node->val() = std::move(v);
+    FXREMAT_ASSIGN_OR_RETURN(node.val, ReadValueFacts(*val, JsonPath(path, "val"), state));
   }
-  NodeMeta& meta = node->meta();
+  NodeMeta& meta = node.meta;
   auto read_string = [&](const char* key, std::string& out) -> Status {
     auto field = f.find(key);
     if (IsNullOrAbsent(field)) return Status::Ok();
@@ -972,7 +1023,7 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
   FXREMAT_RETURN_IF_ERROR(read_string("partitioner_tag", partitioner_tag));
   if (auto field = f.find("stack_trace"); !IsNullOrAbsent(field)) {
     if (field->kind() != JKind::kString) return Fail(JsonPath(path, "stack_trace"), "expected a string");
-    meta.stack_trace = InternedText(field->str());
+    meta.stack_trace = InternedText(state, field->str());
   }
   // Note [Stack-trace table]: a new key, not a new meaning of `stack_trace`, so
   // that a reader of format 1.4 still reads the file (without the traces).
@@ -1047,7 +1098,7 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, Node* node) {
 }
 
 template <typename V>
-Status GraphReader<V>::ReadNode(const V& j, size_t index) {
+Status GraphReader<V>::ParseNode(const V& j, size_t index, bool shared_index, ParseState& state, PendingNode& out) {
   const JsonPath nodes_path(root_, "nodes");
   const JsonPath path(nodes_path, index);
   if (j.kind() != JKind::kObject) return Fail(path, "expected a node object");
@@ -1057,12 +1108,18 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
   if (!IsString(name_field)) return Fail(JsonPath(path, "name"), "missing node name");
   const std::string_view name = name_field->str();
   if (name.empty() || !IsPythonIdentifier(name)) return Fail(JsonPath(path, "name"), "not an identifier");
-  names_[index] = name;
-  // The name goes into index_of_ right before the node is made, its slot
-  // fetched meanwhile. Reading the node never looks its own name up except in
-  // a reference to itself, refused either way; and whatever error ReadNode
-  // returns, CheckReferences reports a duplicate name first.
-  const uint64_t name_hash = index_of_.Prefetch(name);
+  out.name = name;
+  // Read alone, the name goes into index_of_ right before the node is made,
+  // its slot fetched meanwhile. Reading the node never looks its own name up
+  // except in a reference to itself, refused either way; and whatever error
+  // ParseNode returns, CheckReferences reports a duplicate name first.
+  uint64_t name_hash = 0;
+  if (!shared_index) {
+    names_[index] = name;
+    name_hash = index_of_.Prefetch(name);
+  } else if (names_[index] != name) {
+    return Fail(JsonPath(path, "name"), "two names");  // only a repeated key; read alone, the last one is taken
+  }
   auto op_field = f.find("op");
   if (!IsString(op_field)) return Fail(JsonPath(path, "op"), fmt::format("node '{}' has no op", name));
   const std::string_view op_name = op_field->str();
@@ -1073,8 +1130,9 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
   else if (op_name == "output") op = OpKind::kOutput;
   else return Fail(JsonPath(path, "op"), fmt::format("node '{}': unknown op '{}' (call_module and call_method "
                                                      "are not part of aten graphs)", name, op_name));
-  if (graph_->outputNode() != nullptr)
-    return Fail(path, fmt::format("node '{}' follows the output node (the output node must be last)", name));
+  out.op = op;
+  // (On two threads the graph is being built meanwhile: CreateNode checks this.)
+  if (!shared_index && graph_->outputNode() != nullptr) return FollowsOutput(path, name);
   std::string_view target = op == OpKind::kOutput ? std::string_view("output") : name;
   if (auto target_field = f.find("target")) {
     if (target_field->kind() != JKind::kString) return Fail(JsonPath(path, "target"), "expected a string");
@@ -1085,25 +1143,25 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
   if ((op == OpKind::kCallFunction || op == OpKind::kGetAttr) && !IsDottedName(target))
     return Fail(JsonPath(path, "target"),
                 fmt::format("node '{}': target '{}' is not a dotted name (identifiers joined by '.')", name, target));
-  std::vector<Argument> args;
+  out.target = target;
+  std::vector<Argument>& args = out.args;
   if (auto args_field = f.find("args")) {
     const JsonPath args_path(path, "args");
     if (args_field->kind() != JKind::kArray) return Fail(args_path, "expected an array");
     args.reserve(args_field->size());
     size_t i = 0;
     FXREMAT_RETURN_IF_ERROR(args_field->each([&](const V& item) -> Status {
-      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(item, JsonPath(args_path, i++), name));
+      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(item, JsonPath(args_path, i++), name, index, state));
       args.push_back(std::move(a));
       return Status::Ok();
     }));
   }
-  Kwargs kwargs;
   if (auto kwargs_field = f.find("kwargs")) {
     const JsonPath kwargs_path(path, "kwargs");
     if (kwargs_field->kind() != JKind::kObject) return Fail(kwargs_path, "expected an object");
     for (const auto& [k, v] : kwargs_field->items()) {
-      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(v, JsonPath(kwargs_path, k), name));
-      kwargs.emplace_back(std::string(k), std::move(a));
+      FXREMAT_ASSIGN_OR_RETURN(Argument a, ReadArgument(v, JsonPath(kwargs_path, k), name, index, state));
+      out.kwargs.emplace_back(std::string(k), std::move(a));
     }
   }
   if (op == OpKind::kOutput) {
@@ -1120,13 +1178,11 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
     }
   }
   // Before the node exists: a graph never holds two nodes of one name
-  // (Graph::createNode asserts it).
-  if (index_of_.Insert(index, name_hash) != NameIndex::kEmpty) return Fail(JsonPath(path, "name"), "duplicate node name");
-  Node* node = graph_->createNode(op, std::string(name), target, std::move(args), std::move(kwargs));
-  created_.push_back(node);
-  if (auto meta = f.find("meta")) FXREMAT_RETURN_IF_ERROR(ReadMeta(*meta, JsonPath(path, "meta"), node));
-  if ((op == OpKind::kPlaceholder || op == OpKind::kCallFunction) &&
-      node->val().kind == ValueFacts::Kind::kUnknown)
+  // (Graph::createNode asserts it). On two threads every name went in first.
+  if (!shared_index && index_of_.Insert(index, name_hash) != NameIndex::kEmpty)
+    return Fail(JsonPath(path, "name"), "duplicate node name");
+  if (auto meta = f.find("meta")) FXREMAT_RETURN_IF_ERROR(ReadMeta(*meta, JsonPath(path, "meta"), state, out));
+  if ((op == OpKind::kPlaceholder || op == OpKind::kCallFunction) && out.val.kind == ValueFacts::Kind::kUnknown)
     return Fail(JsonPath(JsonPath(path, "meta"), "val"),
                 fmt::format("node '{}' has no value facts (meta.val): shapes and "
                             "dtypes are needed to size activations", name));
@@ -1134,13 +1190,37 @@ Status GraphReader<V>::ReadNode(const V& j, size_t index) {
     if (op != OpKind::kPlaceholder) return Fail(JsonPath(path, "role"), "only placeholders have a role");
     auto role = role_field->kind() == JKind::kString ? PlaceholderRoleFromName(role_field->str()) : std::nullopt;
     if (!role) return Fail(JsonPath(path, "role"), fmt::format("unknown placeholder role {}", role_field->dump()));
-    node->setRole(*role);
+    out.role = *role;
   }
   if (auto path_field = f.find("path"); !IsNullOrAbsent(path_field)) {
     if (path_field->kind() != JKind::kString) return Fail(JsonPath(path, "path"), "expected a string");
-    node->setPath(std::string(path_field->str()));
+    out.path = path_field->str();
   }
   return Status::Ok();
+}
+
+// The node's references become the nodes created before it.
+inline void ResolveReferences(Argument& a, const std::vector<Node*>& created) {
+  if (a.kind == Argument::Kind::kNode) {
+    a.node = created[static_cast<size_t>(a.int_value)];
+    a.int_value = 0;
+  } else if (a.kind == Argument::Kind::kList || a.kind == Argument::Kind::kDict) {
+    for (Argument& item : a.list) ResolveReferences(item, created);
+  }
+}
+
+template <typename V>
+Node* GraphReader<V>::CreateNode(PendingNode& pending) {
+  for (Argument& a : pending.args) ResolveReferences(a, created_);
+  for (auto& [key, a] : pending.kwargs) ResolveReferences(a, created_);
+  Node* node = graph_->createNode(pending.op, std::string(pending.name), pending.target, std::move(pending.args),
+                                  std::move(pending.kwargs));
+  created_.push_back(node);
+  node->val() = std::move(pending.val);
+  node->meta() = std::move(pending.meta);
+  if (pending.role != PlaceholderRole::kNone) node->setRole(pending.role);
+  if (pending.path) node->setPath(std::string(*pending.path));
+  return node;
 }
 
 // Roles follow AOTAutograd's naming convention when a file does not state them;
@@ -1208,7 +1288,7 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
     auto val = j.find("val");
     if (!val) return Fail(path, "missing \"val\" (the tensor's facts)");
     const JsonPath val_path(path, "val");
-    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(*val, val_path));
+    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(*val, val_path, state_));
     if (!v.is_tensor()) return Fail(val_path, "a constant's facts must be a tensor's");
     int64_t expected = DTypeItemSize(v.tensor.dtype);
     const JsonPath shape_path(val_path, "shape");
@@ -1257,6 +1337,177 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
 }
 
 template <typename V>
+Status GraphReader<V>::ReadNodes(const V& nodes_field, size_t count) {
+  names_.assign(count, std::string_view());
+  index_of_.Reset(&names_, count);
+  size_t index = 0;
+  PendingNode pending;
+  return nodes_field.each([&](const V& node) -> Status {
+    FXREMAT_RETURN_IF_ERROR(ParseNode(node, index++, /*shared_index=*/false, state_, pending));
+    CreateNode(pending);
+    pending = PendingNode();
+    return Status::Ok();
+  });
+}
+
+// Note [Reading nodes on two threads]
+// At a million nodes, building the graph from the parsed document was most of
+// a load (1.9 s of 2.7), all on one thread while the machine's other cores
+// idled. A large document's node list is now read in two parts. The first
+// thread indexes the names of the first 40% (names_, index_of_) and parses
+// and creates those nodes; meanwhile a second thread indexes the names of the
+// rest (its own NameIndex), waits for the first part's index, and parses its
+// nodes into PendingNodes, in blocks of 4096. The first thread then creates
+// the second thread's nodes, block by block as they are ready, freeing each.
+// A reference resolves to an index, looked up among the first part's names
+// and then, on the second thread, its own; it must be earlier than the node.
+// Parsing reads only the document, the name indexes and what was read before
+// the nodes (symbols, stack traces), and interns texts (which takes a lock);
+// each thread has its own ParseState. Creating nodes and their use lists
+// stays on one thread, in node order, so the graph is the one a single reader
+// builds, byte for byte when written. The 40% balances the two: the first
+// thread also creates every node, which costs about half as much as parsing it.
+// Errors: any failure of the try (a bad node, a name used twice -- within a
+// part, or across them, checked once both are indexed -- a reference to a
+// later node, a node after the output node, a repeated "name" key whose last
+// value is not the first, a thread that cannot start) drops everything it
+// built, and the document is read again by one thread, whose first error is
+// the one reported: the messages of a bad document do not depend on how it
+// was read (tests: serialize_test's two-thread cases, CTest
+// cli_bad_inputs_two_threads). Subgraph documents are small and read by one.
+inline size_t NodesForTwoThreads() {
+  // FXREMAT_READ_TWO_THREADS_FROM=N reads documents of N nodes or more on two
+  // threads (tests use 1, so that small documents take the path too).
+  if (const char* v = std::getenv("FXREMAT_READ_TWO_THREADS_FROM")) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (end != v && *end == '\0') return static_cast<size_t>(n);
+  }
+  return 50'000;
+}
+
+template <typename V>
+Status GraphReader<V>::IndexNames(const V& nodes_field, size_t begin, size_t end, NameIndex& index,
+                                  std::vector<V>& nodes) {
+  ScopedPhase phase("index-names");
+  index.Reset(&names_, end - begin);
+  nodes.reserve(end - begin);
+  size_t k = 0;
+  Status named = nodes_field.each([&](const V& node) -> Status {
+    if (k >= end) return Status::Internal("past the part");  // stops the walk
+    if (k++ < begin) return Status::Ok();
+    // ParseNode checks that this is the name it reads (the last of the key).
+    std::optional<V> name = node.first_field("name");
+    if (!IsString(name)) return Status::BadInput("a node without a name");
+    names_[k - 1] = name->str();
+    if (index.Insert(k - 1) != NameIndex::kEmpty) return Status::BadInput("a name used twice");
+    nodes.push_back(node);
+    return Status::Ok();
+  });
+  return nodes.size() == end - begin ? Status::Ok() : named;
+}
+
+template <typename V>
+Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count) {
+  // This thread indexes and parses the first part and creates every node.
+  const size_t split = count * 4 / 10;
+  names_.assign(count, std::string_view());
+  constexpr size_t kBlock = 4096;
+  const size_t num_blocks = (count - split + kBlock - 1) / kBlock;
+  std::vector<std::unique_ptr<std::vector<PendingNode>>> blocks(num_blocks);
+  // Progress, each published with a release store: the first part's names
+  // indexed (the second thread's references may point there), the second
+  // part's names indexed, and how many blocks are parsed (kFailed: the second
+  // thread failed, its error in worker_status).
+  std::atomic<bool> first_indexed{false}, later_indexed{false}, stop{false};
+  std::atomic<size_t> blocks_ready{0};
+  constexpr size_t kFailed = std::numeric_limits<size_t>::max();
+  Status worker_status;
+  NameIndex later_names;
+  auto read_later_part = [&] {
+    ParseState state;
+    state.later_names = &later_names;
+    auto fail = [&](Status st) {
+      worker_status = std::move(st);
+      blocks_ready.store(kFailed, std::memory_order_release);
+      blocks_ready.notify_all();
+    };
+    try {
+      std::vector<V> nodes;
+      if (Status st = IndexNames(nodes_field, split, count, later_names, nodes); !st.ok()) return fail(st);
+      later_indexed.store(true, std::memory_order_release);
+      first_indexed.wait(false, std::memory_order_acquire);
+      for (size_t b = 0; b < num_blocks && !stop.load(std::memory_order_relaxed); ++b) {
+        const size_t begin = b * kBlock, end = std::min(count - split, begin + kBlock);
+        auto block = std::make_unique<std::vector<PendingNode>>(end - begin);
+        for (size_t i = begin; i < end; ++i)
+          if (Status st = ParseNode(nodes[i], split + i, /*shared_index=*/true, state, (*block)[i - begin]); !st.ok())
+            return fail(st);
+        blocks[b] = std::move(block);
+        blocks_ready.store(b + 1, std::memory_order_release);
+        blocks_ready.notify_all();
+      }
+    } catch (const std::exception& e) {
+      fail(Status::Internal(e.what()));
+    }
+  };
+  std::jthread worker;
+  try {
+    worker = std::jthread(read_later_part);
+  } catch (const std::system_error&) {
+    return Status::Internal("cannot start a second reading thread");
+  }
+  struct AtReturn {  // the worker never waits for a first part that will not come, and stops early
+    std::atomic<bool>& first_indexed;
+    std::atomic<bool>& stop;
+    ~AtReturn() {
+      stop.store(true, std::memory_order_relaxed);
+      first_indexed.store(true, std::memory_order_release);
+      first_indexed.notify_all();
+    }
+  } at_return{first_indexed, stop};
+  std::vector<V> first_nodes;
+  FXREMAT_RETURN_IF_ERROR(IndexNames(nodes_field, 0, split, index_of_, first_nodes));
+  first_indexed.store(true, std::memory_order_release);
+  first_indexed.notify_all();
+  auto create = [&](PendingNode& pending, size_t k) -> Status {
+    if (graph_->outputNode() != nullptr) return FollowsOutput(JsonPath(JsonPath(root_, "nodes"), k), pending.name);
+    CreateNode(pending);
+    return Status::Ok();
+  };
+  PendingNode pending;
+  for (size_t k = 0; k < split; ++k) {
+    FXREMAT_RETURN_IF_ERROR(ParseNode(first_nodes[k], k, /*shared_index=*/true, state_, pending));
+    FXREMAT_RETURN_IF_ERROR(create(pending, k));
+    pending = PendingNode();
+  }
+  // Both parts' names are indexed once a block is ready (or the worker
+  // failed): no name of the first part may be in the second.
+  for (size_t b = 0; b < num_blocks; ++b) {
+    size_t ready = blocks_ready.load(std::memory_order_acquire);
+    if (ready != kFailed && ready <= b) {
+      ScopedPhase phase("wait-for-second-reader");
+      while (ready != kFailed && ready <= b) {
+        blocks_ready.wait(ready, std::memory_order_acquire);
+        ready = blocks_ready.load(std::memory_order_acquire);
+      }
+    }
+    if (ready == kFailed) {
+      worker.join();
+      return worker_status;
+    }
+    if (b == 0) {
+      for (size_t k = 0; k < split; ++k)
+        if (later_names.Find(names_[k]) != NameIndex::kEmpty) return Status::BadInput("a name used twice");
+    }
+    std::vector<PendingNode>& block = *blocks[b];
+    for (size_t i = 0; i < block.size(); ++i) FXREMAT_RETURN_IF_ERROR(create(block[i], split + b * kBlock + i));
+    blocks[b].reset();
+  }
+  return Status::Ok();
+}
+
+template <typename V>
 Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   FXREMAT_RETURN_IF_ERROR(ReadHeader(doc));
   if (auto ops = doc.find("ops")) FXREMAT_RETURN_IF_ERROR(ReadOps(*ops));
@@ -1269,7 +1520,7 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
     FXREMAT_RETURN_IF_ERROR(traces->each([&](const V& t) -> Status {
       if (t.kind() != JKind::kString) return Fail(JsonPath(traces_path, i), "expected a string");
       ++i;
-      stack_traces_.push_back(InternedText(t.str()));
+      stack_traces_.push_back(InternedText(state_, t.str()));
       return Status::Ok();
     }));
   }
@@ -1286,20 +1537,27 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   // first was a walk of its own over the whole tape (a cache miss per node at
   // a million nodes); only CheckReferences, on an error, needs that list.
   const size_t count = nodes_field->size();
-  names_.assign(count, std::string_view());
-  index_of_.Reset(&names_, count);
-  created_.reserve(count);
   graph_->reserve(count);
-  size_t index = 0;
-  if (Status s = nodes_field->each([&](const V& node) { return ReadNode(node, index++); }); !s.ok()) {
-    std::vector<V> nodes;
-    nodes.reserve(count);
-    (void)nodes_field->each([&](const V& n) {
-      nodes.push_back(n);
-      return Status::Ok();
-    });
-    FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));
-    return s;
+  created_.reserve(count);
+  if (two_threads_ && count >= NodesForTwoThreads() && nesting_ == 0) {
+    // Note [Reading nodes on two threads]: a document the try refuses is read
+    // again by one thread, whose first error is the one to report.
+    if (!ReadNodesOnTwoThreads(*nodes_field, count).ok()) {
+      GraphReader<V> alone(sidecar_dir_);
+      alone.two_threads_ = false;
+      return alone.Read(doc);
+    }
+  } else {
+    if (Status s = ReadNodes(*nodes_field, count); !s.ok()) {
+      std::vector<V> nodes;
+      nodes.reserve(count);
+      (void)nodes_field->each([&](const V& n) {
+        nodes.push_back(n);
+        return Status::Ok();
+      });
+      FXREMAT_RETURN_IF_ERROR(CheckReferences(nodes));
+      return s;
+    }
   }
   if (graph_->outputNode() == nullptr)
     return Fail("/nodes", "the graph has no output node");

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <functional>
 
 #include <unistd.h>
 #include <zlib.h>
@@ -44,6 +45,104 @@ TEST_CASE("every testdata graph round-trips through JSON and text") {
     REQUIRE(parsed.ok());
     CHECK(PrintGraph(**parsed) == text);
     CHECK(GraphToJson(**parsed) == json);
+  }
+}
+
+// Note [Reading nodes on two threads]: FXREMAT_READ_TWO_THREADS_FROM sets the
+// node count from which a document is read on two threads.
+struct ReadThreadsFrom {
+  explicit ReadThreadsFrom(const char* n) { setenv("FXREMAT_READ_TWO_THREADS_FROM", n, 1); }
+  ~ReadThreadsFrom() { unsetenv("FXREMAT_READ_TWO_THREADS_FROM"); }
+};
+
+// A chain of `n` sin nodes (s0 = sin(primals_1), s1 = sin(s0), ...) returning
+// the last, as JSON; `edit` may change the node list's text before it is joined.
+std::string ChainJson(size_t n, const std::function<void(std::vector<std::string>&)>& edit = nullptr) {
+  const std::string val = R"({"kind":"tensor","dtype":"float32","shape":[4],"stride":[1],"device":"cpu"})";
+  std::vector<std::string> nodes;
+  nodes.push_back(R"({"name":"primals_1","op":"placeholder","target":"primals_1","meta":{"val":)" + val + "}}");
+  for (size_t i = 0; i < n; ++i)
+    nodes.push_back(fmt::format(R"({{"name":"s{}","op":"call_function","target":"aten.sin.default",)"
+                                R"("args":[{{"node":"{}"}}],"meta":{{"val":{}}}}})",
+                                i, i ? fmt::format("s{}", i - 1) : "primals_1", val));
+  nodes.push_back(fmt::format(R"({{"name":"output","op":"output","target":"output","args":[[{{"node":"s{}"}}]]}})",
+                              n - 1));
+  if (edit) edit(nodes);
+  std::string out = R"({"format":"fxremat.graph","version":[1,6],"kind":"plain","ops":{"aten.sin.default":)"
+                    R"({"schema":"aten::sin(Tensor self) -> Tensor","tags":["core","pointwise"]}},"nodes":[)";
+  for (size_t i = 0; i < nodes.size(); ++i) out += (i ? "," : "") + nodes[i];
+  return out + "]}";
+}
+
+TEST_CASE("Note [Reading nodes on two threads]: the same graph and the same errors as one thread") {
+  auto read_both_ways = [](const std::string& json) {
+    std::pair<Expected<std::unique_ptr<Graph>>, Expected<std::unique_ptr<Graph>>> both{
+        Status::Internal("unread"), Status::Internal("unread")};
+    {
+      ReadThreadsFrom two("1");
+      both.first = GraphFromJson(json);
+    }
+    {
+      ReadThreadsFrom one("1000000000");
+      both.second = GraphFromJson(json);
+    }
+    return both;
+  };
+  SECTION("every testdata graph") {
+    for (const std::string& file : TestdataFiles()) {
+      INFO(file);
+      auto graph = LoadGraphFile(file);
+      REQUIRE(graph.ok());
+      const std::string json = GraphToJson(**graph);
+      auto [two, one] = read_both_ways(json);
+      REQUIRE(two.ok());
+      REQUIRE(one.ok());
+      CHECK(GraphToJson(**two) == json);
+      CHECK(PrintGraph(**two) == PrintGraph(**one));
+    }
+  }
+  SECTION("a chain long enough for both threads to have blocks of nodes") {
+    const std::string json = ChainJson(20'000);
+    auto [two, one] = read_both_ways(json);
+    REQUIRE(two.ok());
+    REQUIRE(one.ok());
+    CHECK(GraphToJson(**two) == GraphToJson(**one));
+    // Use lists are built in node order either way.
+    const Node* input = (*two)->findNode("primals_1");
+    REQUIRE(input->users().size() == 1);
+    CHECK(input->users()[0]->name() == "s0");
+    CHECK((*two)->findNode("s19999")->inputs()[0]->name() == "s19998");
+  }
+  // Each bad document fails in both parts of the list (the second thread reads
+  // the last 60%), with the error one thread reports.
+  using Edit = std::function<void(std::vector<std::string>&)>;
+  const std::vector<std::pair<std::string, Edit>> bad = {
+      {"a name used twice, once in each part",
+       [](auto& nodes) { nodes[15'000] = std::string(nodes[15'000]).replace(nodes[15'000].find("s14999"), 6, "s100"); }},
+      {"a reference to a later node",
+       [](auto& nodes) { nodes[101] = std::string(nodes[101]).replace(nodes[101].find("\"s99\""), 5, "\"s12000\""); }},
+      {"a reference to an unknown node, in the second part",
+       [](auto& nodes) { nodes[15'001] = std::string(nodes[15'001]).replace(nodes[15'001].find("\"s14999\""), 8, "\"nope\""); }},
+      {"a node after the output node",
+       [](auto& nodes) { std::swap(nodes[15'000], nodes.back()); }},
+      {"a bad value in the second part",
+       [](auto& nodes) { nodes[17'000] = std::string(nodes[17'000]).replace(nodes[17'000].find("float32"), 7, "float99"); }},
+      {"a node without a name", [](auto& nodes) { nodes[18'000].replace(nodes[18'000].find("\"name\""), 6, "\"nome\""); }},
+  };
+  SECTION("bad documents") {
+    for (const auto& [what, edit] : bad) {
+      INFO(what);
+      auto [two, one] = read_both_ways(ChainJson(20'000, edit));
+      REQUIRE_FALSE(one.ok());
+      REQUIRE_FALSE(two.ok());
+      CHECK(two.status().ToString() == one.status().ToString());
+    }
+  }
+  SECTION("a repeated name key: the last one names the node, as nlohmann reads it") {
+    auto [two, one] = read_both_ways(ChainJson(20'000, [](auto& nodes) { nodes[16'000].insert(1, "\"name\":\"s1\","); }));
+    REQUIRE(one.ok());
+    REQUIRE(two.ok());
+    CHECK(GraphToJson(**two) == GraphToJson(**one));
   }
 }
 
