@@ -74,6 +74,7 @@ enum class JKind : uint8_t { kNull, kBool, kInt, kBigUnsigned, kFloat, kString, 
 
 class NlohmannValue {
  public:
+  NlohmannValue() = default;  // a placeholder, to be assigned
   explicit NlohmannValue(const json& j) : j_(&j) {}
   JKind kind() const {
     switch (j_->type()) {
@@ -127,7 +128,7 @@ class NlohmannValue {
   const NlohmannValue& fields() const { return *this; }
 
  private:
-  const json* j_;
+  const json* j_ = nullptr;
 };
 
 // GCC sees the default-constructed array/object of a failed get() (which
@@ -378,6 +379,7 @@ class JsonPath {
 class NameIndex {
  public:
   static constexpr size_t kEmpty = std::numeric_limits<size_t>::max();
+  static uint64_t Hash(std::string_view name) { return std::hash<std::string_view>()(name); }
   void Reset(const std::vector<std::string_view>* names, size_t count) {
     names_ = names;
     size_t capacity = 16;
@@ -406,9 +408,10 @@ class NameIndex {
       if (s.fingerprint == static_cast<uint32_t>(hash >> 32) && (*names_)[s.index] == name) return s.index;
     }
   }
-  size_t Find(std::string_view name) const {
+  size_t Find(std::string_view name) const { return Find(name, Hash(name)); }
+  // The same, given Hash(name).
+  size_t Find(std::string_view name, uint64_t hash) const {
     if (slots_.empty()) return kEmpty;
-    const uint64_t hash = Hash(name);
     for (size_t slot = hash & (slots_.size() - 1);; slot = (slot + 1) & (slots_.size() - 1)) {
       const Slot& s = slots_[slot];
       if (s.index == kNone) return kEmpty;
@@ -422,9 +425,30 @@ class NameIndex {
     uint32_t fingerprint = 0;
     uint32_t index = kNone;
   };
-  static uint64_t Hash(std::string_view name) { return std::hash<std::string_view>()(name); }
   const std::vector<std::string_view>* names_ = nullptr;
   std::vector<Slot> slots_;
+};
+
+// The names of the nodes a thread parsed last, by hash, direct-mapped: most
+// references are to a node a few before the one that makes them, and finding
+// one here is a look at a small table this thread keeps warm, where NameIndex
+// costs a cache miss or three at a million nodes (its table, the names array,
+// the name's text).
+class RecentNames {
+ public:
+  size_t Find(std::string_view name, uint64_t hash) const {
+    const Entry& e = entries_[hash % kEntries];
+    return e.name == name ? e.index : NameIndex::kEmpty;
+  }
+  void Put(std::string_view name, uint64_t hash, size_t index) { entries_[hash % kEntries] = {name, index}; }
+
+ private:
+  static constexpr size_t kEntries = 512;
+  struct Entry {
+    std::string_view name;
+    size_t index = NameIndex::kEmpty;
+  };
+  std::array<Entry, kEntries> entries_{};
 };
 
 // Reads one JSON document into a Graph through a view V (Note [Two JSON front ends]).
@@ -483,9 +507,10 @@ class GraphReader {
     // Stack traces read so far, by text: nodes with the same trace share one
     // copy (SharedText). Keys view the stored texts.
     std::unordered_map<std::string_view, SharedText> texts;
-    // The second reading thread's index of the names of the nodes it reads
-    // (index_of_ holds the earlier ones); null on the first thread.
+    // On two threads, the index of the later part's names (index_of_ holds
+    // the first part's).
     const NameIndex* later_names = nullptr;
+    RecentNames recent;  // of the nodes this thread parsed
   };
   Status ReadNodes(const V& nodes_field, size_t count);
   Status ReadNodesOnTwoThreads(const V& nodes_field, size_t count);
@@ -923,14 +948,19 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
       if (j.size() != 1) break;
       auto [key, value] = j.only_field();
       if (key == "node" && value.kind() == JKind::kString) {
-        size_t target = index_of_.Find(value.str());  // kEmpty when absent
-        if (target == NameIndex::kEmpty && state.later_names) target = state.later_names->Find(value.str());
+        // kEmpty when absent. The second thread looks among its own part's
+        // names first: most references are to nodes close before.
+        const std::string_view ref = value.str();
+        const uint64_t hash = NameIndex::Hash(ref);
+        size_t target = state.recent.Find(ref, hash);
+        if (target == NameIndex::kEmpty && state.later_names) target = state.later_names->Find(ref, hash);
+        if (target == NameIndex::kEmpty) target = index_of_.Find(ref, hash);
         if (target >= node_index)
           return Fail(path, fmt::format("node '{}' references '{}', which is not defined before it", node_name,
                                         value.str()));
-        Argument ref = Argument::NodeRef(nullptr);  // resolved by CreateNode
-        ref.int_value = static_cast<int64_t>(target);
-        return ref;
+        Argument node_ref = Argument::NodeRef(nullptr);  // resolved by CreateNode
+        node_ref.int_value = static_cast<int64_t>(target);
+        return node_ref;
       }
       if (key == "complex") {  // a Python complex scalar: [real, imag], each a number or {"float": ...}
         if (value.kind() != JKind::kArray || value.size() != 2)
@@ -1196,6 +1226,7 @@ Status GraphReader<V>::ParseNode(const V& j, size_t index, bool shared_index, Pa
     if (path_field->kind() != JKind::kString) return Fail(JsonPath(path, "path"), "expected a string");
     out.path = path_field->str();
   }
+  state.recent.Put(name, shared_index ? NameIndex::Hash(name) : name_hash, index);
   return Status::Ok();
 }
 
@@ -1353,24 +1384,28 @@ Status GraphReader<V>::ReadNodes(const V& nodes_field, size_t count) {
 // Note [Reading nodes on two threads]
 // At a million nodes, building the graph from the parsed document was most of
 // a load (1.9 s of 2.7), all on one thread while the machine's other cores
-// idled. A large document's node list is now read in two parts. The first
-// thread indexes the names of the first 40% (names_, index_of_) and parses
-// and creates those nodes; meanwhile a second thread indexes the names of the
-// rest (its own NameIndex), waits for the first part's index, and parses its
-// nodes into PendingNodes, in blocks of 4096. The first thread then creates
-// the second thread's nodes, block by block as they are ready, freeing each.
-// A reference resolves to an index, looked up among the first part's names
-// and then, on the second thread, its own; it must be earlier than the node.
-// Parsing reads only the document, the name indexes and what was read before
-// the nodes (symbols, stack traces), and interns texts (which takes a lock);
-// each thread has its own ParseState. Creating nodes and their use lists
-// stays on one thread, in node order, so the graph is the one a single reader
-// builds, byte for byte when written. The 40% balances the two: the first
-// thread also creates every node, which costs about half as much as parsing it.
-// Errors: any failure of the try (a bad node, a name used twice -- within a
-// part, or across them, checked once both are indexed -- a reference to a
-// later node, a node after the output node, a repeated "name" key whose last
-// value is not the first, a thread that cannot start) drops everything it
+// idled. A large document's node list is now read by two threads:
+//  1. Names. The first thread indexes the names of the first 40% of the nodes
+//     (names_, index_of_), the second the rest (its own NameIndex); once both
+//     are done, the first checks that no name is in both.
+//  2. Parsing. The list is cut into blocks of 4096 nodes, which either thread
+//     takes in order (an atomic counter) and parses into PendingNodes. A
+//     reference resolves to an index -- among the thread's recently parsed
+//     names (RecentNames), then either index -- and must be earlier than the
+//     node.
+//  3. Creating. The first thread creates every node, block by block in order,
+//     and frees each block; while its next block is not parsed yet, it parses
+//     one the second has not taken. The second runs at most 64 blocks ahead.
+// The work balances itself: creating a node costs about half as much as
+// parsing it, and the creating thread parses whatever its creating leaves it
+// time for. Parsing reads only the document, the name indexes and what was
+// read before the nodes (symbols, stack traces), and interns texts (which
+// takes a lock); each thread has its own ParseState. Creating nodes and their
+// use lists stays on one thread, in node order, so the graph is the one a
+// single reader builds, byte for byte when written.
+// Errors: any failure of the try (a bad node, a name used twice, a reference
+// to a later node, a node after the output node, a repeated "name" key whose
+// last value is not the first, a thread that cannot start) drops everything it
 // built, and the document is read again by one thread, whose first error is
 // the one reported: the messages of a bad document do not depend on how it
 // was read (tests: serialize_test's two-thread cases, CTest
@@ -1391,7 +1426,6 @@ Status GraphReader<V>::IndexNames(const V& nodes_field, size_t begin, size_t end
                                   std::vector<V>& nodes) {
   ScopedPhase phase("index-names");
   index.Reset(&names_, end - begin);
-  nodes.reserve(end - begin);
   size_t k = 0;
   Status named = nodes_field.each([&](const V& node) -> Status {
     if (k >= end) return Status::Internal("past the part");  // stops the walk
@@ -1401,108 +1435,153 @@ Status GraphReader<V>::IndexNames(const V& nodes_field, size_t begin, size_t end
     if (!IsString(name)) return Status::BadInput("a node without a name");
     names_[k - 1] = name->str();
     if (index.Insert(k - 1) != NameIndex::kEmpty) return Status::BadInput("a name used twice");
-    nodes.push_back(node);
+    nodes[k - 1] = node;
     return Status::Ok();
   });
-  return nodes.size() == end - begin ? Status::Ok() : named;
+  return k == end ? Status::Ok() : named;
 }
 
 template <typename V>
 Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count) {
-  // This thread indexes and parses the first part and creates every node.
+  // Indexing: this thread the first 40% of the names, the second the rest.
   const size_t split = count * 4 / 10;
   names_.assign(count, std::string_view());
-  constexpr size_t kBlock = 4096;
-  const size_t num_blocks = (count - split + kBlock - 1) / kBlock;
-  std::vector<std::unique_ptr<std::vector<PendingNode>>> blocks(num_blocks);
-  // Progress, each published with a release store: the first part's names
-  // indexed (the second thread's references may point there), the second
-  // part's names indexed, and how many blocks are parsed (kFailed: the second
-  // thread failed, its error in worker_status).
-  std::atomic<bool> first_indexed{false}, later_indexed{false}, stop{false};
-  std::atomic<size_t> blocks_ready{0};
-  constexpr size_t kFailed = std::numeric_limits<size_t>::max();
-  Status worker_status;
+  std::vector<V> nodes(count);
   NameIndex later_names;
-  auto read_later_part = [&] {
+  constexpr size_t kBlock = 4096;
+  const size_t num_blocks = (count + kBlock - 1) / kBlock;
+  // A block's state: kUnread, kParsed (its PendingNodes in blocks[b]) or
+  // kFailed; each change is published with a release store.
+  enum : uint8_t { kUnread, kParsed, kFailed };
+  std::vector<std::unique_ptr<std::vector<PendingNode>>> blocks(num_blocks);
+  std::unique_ptr<std::atomic<uint8_t>[]> block_state(new std::atomic<uint8_t>[num_blocks]);
+  for (size_t b = 0; b < num_blocks; ++b) block_state[b].store(kUnread, std::memory_order_relaxed);
+  std::atomic<size_t> next_to_parse{0};  // the next block either thread may take
+  std::atomic<size_t> blocks_created{0};
+  std::atomic<int> parts_indexed{0};  // both name indexes complete at 2
+  std::atomic<bool> failed{false}, stop{false};
+  Status statuses[2];  // each thread's first failure: [0] this one, [1] the second
+  // The second thread runs at most this many blocks ahead of the creation (a
+  // bound on the PendingNodes held).
+  constexpr size_t kMaxBlocksAhead = 64;
+
+  auto parse_block = [&](size_t b, ParseState& state, Status& status) {
+    const size_t begin = b * kBlock, end = std::min(count, begin + kBlock);
+    auto block = std::make_unique<std::vector<PendingNode>>(end - begin);
+    for (size_t k = begin; k < end; ++k) {
+      if (Status st = ParseNode(nodes[k], k, /*shared_index=*/true, state, (*block)[k - begin]); !st.ok()) {
+        status = std::move(st);
+        failed.store(true, std::memory_order_relaxed);
+        block_state[b].store(kFailed, std::memory_order_release);
+        block_state[b].notify_all();
+        return;
+      }
+    }
+    blocks[b] = std::move(block);
+    block_state[b].store(kParsed, std::memory_order_release);
+    block_state[b].notify_all();
+  };
+  auto wait_for_both_indexes = [&] {
+    parts_indexed.fetch_add(1, std::memory_order_acq_rel);
+    parts_indexed.notify_all();
+    for (int n = parts_indexed.load(std::memory_order_acquire); n < 2; n = parts_indexed.load(std::memory_order_acquire))
+      parts_indexed.wait(n, std::memory_order_acquire);
+  };
+  auto second_thread = [&] {
     ParseState state;
     state.later_names = &later_names;
-    auto fail = [&](Status st) {
-      worker_status = std::move(st);
-      blocks_ready.store(kFailed, std::memory_order_release);
-      blocks_ready.notify_all();
-    };
     try {
-      std::vector<V> nodes;
-      if (Status st = IndexNames(nodes_field, split, count, later_names, nodes); !st.ok()) return fail(st);
-      later_indexed.store(true, std::memory_order_release);
-      first_indexed.wait(false, std::memory_order_acquire);
-      for (size_t b = 0; b < num_blocks && !stop.load(std::memory_order_relaxed); ++b) {
-        const size_t begin = b * kBlock, end = std::min(count - split, begin + kBlock);
-        auto block = std::make_unique<std::vector<PendingNode>>(end - begin);
-        for (size_t i = begin; i < end; ++i)
-          if (Status st = ParseNode(nodes[i], split + i, /*shared_index=*/true, state, (*block)[i - begin]); !st.ok())
-            return fail(st);
-        blocks[b] = std::move(block);
-        blocks_ready.store(b + 1, std::memory_order_release);
-        blocks_ready.notify_all();
+      if (Status st = IndexNames(nodes_field, split, count, later_names, nodes); !st.ok()) {
+        statuses[1] = std::move(st);
+        failed.store(true, std::memory_order_relaxed);
+      }
+      wait_for_both_indexes();
+      while (!failed.load(std::memory_order_relaxed) && !stop.load(std::memory_order_relaxed)) {
+        const size_t b = next_to_parse.fetch_add(1, std::memory_order_relaxed);
+        if (b >= num_blocks) break;
+        for (size_t done = blocks_created.load(std::memory_order_acquire);
+             b >= done + kMaxBlocksAhead && !stop.load(std::memory_order_relaxed);
+             done = blocks_created.load(std::memory_order_acquire))
+          blocks_created.wait(done, std::memory_order_acquire);
+        parse_block(b, state, statuses[1]);
       }
     } catch (const std::exception& e) {
-      fail(Status::Internal(e.what()));
+      statuses[1] = Status::Internal(e.what());
+      failed.store(true, std::memory_order_relaxed);
     }
+    // Wakes this thread wherever it waits: on a block, or on the indexes.
+    for (size_t b = 0; b < num_blocks; ++b) block_state[b].notify_all();
+    parts_indexed.fetch_add(2, std::memory_order_acq_rel);
+    parts_indexed.notify_all();
   };
   std::jthread worker;
   try {
-    worker = std::jthread(read_later_part);
+    worker = std::jthread(second_thread);
   } catch (const std::system_error&) {
     return Status::Internal("cannot start a second reading thread");
   }
-  struct AtReturn {  // the worker never waits for a first part that will not come, and stops early
-    std::atomic<bool>& first_indexed;
+  struct AtReturn {  // the second thread never waits for this one once it returns
     std::atomic<bool>& stop;
+    std::atomic<int>& parts_indexed;
+    std::atomic<size_t>& blocks_created;
     ~AtReturn() {
       stop.store(true, std::memory_order_relaxed);
-      first_indexed.store(true, std::memory_order_release);
-      first_indexed.notify_all();
+      parts_indexed.fetch_add(2, std::memory_order_acq_rel);
+      parts_indexed.notify_all();
+      blocks_created.fetch_add(kMaxBlocksAhead + 1, std::memory_order_acq_rel);
+      blocks_created.notify_all();
     }
-  } at_return{first_indexed, stop};
-  std::vector<V> first_nodes;
-  FXREMAT_RETURN_IF_ERROR(IndexNames(nodes_field, 0, split, index_of_, first_nodes));
-  first_indexed.store(true, std::memory_order_release);
-  first_indexed.notify_all();
-  auto create = [&](PendingNode& pending, size_t k) -> Status {
-    if (graph_->outputNode() != nullptr) return FollowsOutput(JsonPath(JsonPath(root_, "nodes"), k), pending.name);
-    CreateNode(pending);
-    return Status::Ok();
+  } at_return{stop, parts_indexed, blocks_created};
+  auto failure = [&]() -> Status {
+    stop.store(true, std::memory_order_relaxed);
+    blocks_created.fetch_add(kMaxBlocksAhead + 1, std::memory_order_acq_rel);
+    blocks_created.notify_all();
+    worker.join();
+    return !statuses[0].ok() ? statuses[0] : !statuses[1].ok() ? statuses[1] : Status::Internal("read failed");
   };
-  PendingNode pending;
-  for (size_t k = 0; k < split; ++k) {
-    FXREMAT_RETURN_IF_ERROR(ParseNode(first_nodes[k], k, /*shared_index=*/true, state_, pending));
-    FXREMAT_RETURN_IF_ERROR(create(pending, k));
-    pending = PendingNode();
+
+  if (Status st = IndexNames(nodes_field, 0, split, index_of_, nodes); !st.ok()) {
+    statuses[0] = std::move(st);
+    failed.store(true, std::memory_order_relaxed);
   }
-  // Both parts' names are indexed once a block is ready (or the worker
-  // failed): no name of the first part may be in the second.
+  wait_for_both_indexes();
+  if (failed.load(std::memory_order_relaxed)) return failure();
+  // A name in both parts (each index refused repeats within its part).
+  for (size_t k = 0; k < split; ++k)
+    if (later_names.Find(names_[k]) != NameIndex::kEmpty) {
+      statuses[0] = Status::BadInput("a name used twice");
+      return failure();
+    }
+  // This thread creates every node, in order, block by block; while the next
+  // block is not parsed yet, it parses one the second thread has not taken.
+  ParseState state;
+  state.later_names = &later_names;
   for (size_t b = 0; b < num_blocks; ++b) {
-    size_t ready = blocks_ready.load(std::memory_order_acquire);
-    if (ready != kFailed && ready <= b) {
-      ScopedPhase phase("wait-for-second-reader");
-      while (ready != kFailed && ready <= b) {
-        blocks_ready.wait(ready, std::memory_order_acquire);
-        ready = blocks_ready.load(std::memory_order_acquire);
+    for (uint8_t s = block_state[b].load(std::memory_order_acquire); s == kUnread;
+         s = block_state[b].load(std::memory_order_acquire)) {
+      if (failed.load(std::memory_order_relaxed)) return failure();
+      const size_t c = next_to_parse.fetch_add(1, std::memory_order_relaxed);
+      if (c < num_blocks) {
+        parse_block(c, state, statuses[0]);
+      } else {
+        ScopedPhase phase("wait-for-second-reader");
+        block_state[b].wait(kUnread, std::memory_order_acquire);
       }
     }
-    if (ready == kFailed) {
-      worker.join();
-      return worker_status;
-    }
-    if (b == 0) {
-      for (size_t k = 0; k < split; ++k)
-        if (later_names.Find(names_[k]) != NameIndex::kEmpty) return Status::BadInput("a name used twice");
-    }
+    if (block_state[b].load(std::memory_order_acquire) != kParsed || failed.load(std::memory_order_relaxed))
+      return failure();
     std::vector<PendingNode>& block = *blocks[b];
-    for (size_t i = 0; i < block.size(); ++i) FXREMAT_RETURN_IF_ERROR(create(block[i], split + b * kBlock + i));
+    for (size_t i = 0; i < block.size(); ++i) {
+      const size_t k = b * kBlock + i;
+      if (graph_->outputNode() != nullptr) {
+        statuses[0] = FollowsOutput(JsonPath(JsonPath(root_, "nodes"), k), block[i].name);
+        return failure();
+      }
+      CreateNode(block[i]);
+    }
     blocks[b].reset();
+    blocks_created.store(b + 1, std::memory_order_release);
+    blocks_created.notify_all();
   }
   return Status::Ok();
 }
