@@ -579,13 +579,16 @@ const Graph* Graph::subgraphOf(const Node& get_attr) const {
 
 namespace {
 
-Status CheckFacts(const ValueFacts& v, const std::string& where) {
+// `where()` names the value; called only on an error (at a million nodes,
+// formatting every node's name was most of a verification).
+template <typename Where>
+Status CheckFacts(const ValueFacts& v, const Where& where) {
   if (v.kind == ValueFacts::Kind::kTuple) {
     for (const ValueFacts& item : v.items) FXREMAT_RETURN_IF_ERROR(CheckFacts(item, where));
     return Status::Ok();
   }
   if (!v.is_tensor()) return Status::Ok();
-  if (auto problem = FindTensorFactsProblem(v.tensor)) return Status::BadInput(problem->message, where);
+  if (auto problem = FindTensorFactsProblem(v.tensor)) return Status::BadInput(problem->message, where());
   return Status::Ok();
 }
 
@@ -599,34 +602,34 @@ Status VerifyGraph(const Graph& graph) {
   bool seen_non_placeholder = false;
   for (const auto& up : nodes) {
     const Node& n = *up;
-    const std::string where = fmt::format("node '{}'", n.name());
+    auto where = [&n] { return fmt::format("node '{}'", n.name()); };
     if (n.isOutput() && &n != nodes.back().get())
-      return Status::BadInput("more than one output node", where);
+      return Status::BadInput("more than one output node", where());
     if (n.isPlaceholder() && seen_non_placeholder)
-      return Status::BadInput("placeholder after a non-placeholder node", where);
+      return Status::BadInput("placeholder after a non-placeholder node", where());
     if (!n.isPlaceholder()) seen_non_placeholder = true;
     for (Node* input : n.inputs()) {
       if (input->owningGraph() != &graph)
-        return Status::Internal("argument belongs to another graph", where);
+        return Status::Internal("argument belongs to another graph", where());
       if (input->index() >= n.index())
-        return Status::BadInput(fmt::format("uses '{}' before it is defined", input->name()), where);
+        return Status::BadInput(fmt::format("uses '{}' before it is defined", input->name()), where());
       if (input->isOutput())
-        return Status::BadInput("uses the output node as a value", where);
+        return Status::BadInput("uses the output node as a value", where());
     }
     if ((n.isPlaceholder() || n.isCallFunction()) &&
         n.val().kind == ValueFacts::Kind::kUnknown)
-      return Status::BadInput("missing value facts (meta.val)", where);
+      return Status::BadInput("missing value facts (meta.val)", where());
     FXREMAT_RETURN_IF_ERROR(CheckFacts(n.val(), where));
     if (n.meta().rare().value_range)
       if (auto problem = ValueRangeProblem(n.meta().rare().value_range->first, n.meta().rare().value_range->second))
-        return Status::BadInput(*problem, where);
+        return Status::BadInput(*problem, where());
     if (n.op() == OpKind::kGetAttr) {
       const bool is_constant = graph.constants().count(n.target()) > 0;
       const bool is_subgraph = graph.subgraphs().count(n.target()) > 0;
       if (!is_constant && !is_subgraph)
         return Status::BadInput(
-            fmt::format("get_attr of '{}', which neither \"constants\" nor \"subgraphs\" holds", n.target()), where);
-      if (!n.args().empty() || !n.kwargs().empty()) return Status::BadInput("a get_attr node takes no arguments", where);
+            fmt::format("get_attr of '{}', which neither \"constants\" nor \"subgraphs\" holds", n.target()), where());
+      if (!n.args().empty() || !n.kwargs().empty()) return Status::BadInput("a get_attr node takes no arguments", where());
     }
     // Note [Single-value outputs]
     if (n.isOutput() && !(n.args().size() == 1 && (n.args()[0].kind == Argument::Kind::kList ||
@@ -635,9 +638,9 @@ Status VerifyGraph(const Graph& graph) {
       return Status::BadInput(graph.kind() == GraphKind::kPlain
                                   ? "the output node must have one argument, a list of values or one value"
                                   : "the output node must have one argument, a list of values",
-                              where);
+                              where());
     if (n.isOutput() && graph.returnsList() && n.args()[0].kind != Argument::Kind::kList)
-      return Status::BadInput("\"returns_list\" is set but the graph returns a single value", where);
+      return Status::BadInput("\"returns_list\" is set but the graph returns a single value", where());
   }
   // A symbol's hint may be any integer: a symbol need not be a size (an integer
   // argument Dynamo made dynamic: index_add's alpha=-1, a negative padding); a
@@ -655,7 +658,7 @@ Status VerifyGraph(const Graph& graph) {
       ValueFacts v;
       v.kind = ValueFacts::Kind::kTensor;
       v.tensor = c.facts;
-      FXREMAT_RETURN_IF_ERROR(CheckFacts(v, fmt::format("constant '{}'", target)));
+      FXREMAT_RETURN_IF_ERROR(CheckFacts(v, [&] { return fmt::format("constant '{}'", target); }));
     }
   if (graph.kind() == GraphKind::kJoint) {
     const JointFacts& joint = graph.joint();
