@@ -1,11 +1,8 @@
 // Graph IR implementation: dtype tables, use-list maintenance, the verifier
 // and deep copy.
 #include "fxremat/ir.h"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 #include "fxremat/phases.h"
+#include "src/populate_pages.h"
 
 #include <algorithm>
 #include <array>
@@ -309,35 +306,13 @@ std::vector<Node*> Graph::outputValues() const {
 
 void NodeDestroyer::operator()(Node* node) const { node->~Node(); }
 
-namespace {
-
-// Note [Node arena]: a fresh chunk's pages are mapped in one system call
-// (MADV_POPULATE_WRITE, Linux 5.14) instead of one page fault each as the
-// nodes are constructed: at a million nodes a graph's nodes are ~140,000
-// pages, and a fault's entry and exit cost about a third of what mapping the
-// page does. Best effort: elsewhere, or on an older kernel, the pages fault
-// in as before. Measured on synth_1m, interleaved runs of the CLI: 5.47 ->
-// 5.32 s median (docs/benchmarks_1m.md has the current figure).
-void PopulatePages(std::byte* begin, size_t size) {
-#if defined(__linux__)
-  constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
-  constexpr uintptr_t kPage = 4096;
-  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + kPage - 1) & ~(kPage - 1);
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size) & ~(kPage - 1);
-  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, kMadvPopulateWrite);
-#else
-  (void)begin;
-  (void)size;
-#endif
-}
-
-}  // namespace
-
 Node* Graph::allocateNode() {
   if (nodes_in_last_chunk_ == kNodesPerChunk) {
     // operator new[] of std::byte is aligned for any fundamental type, so for Node.
     static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
     node_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
+    // Note [Populated pages]: ~140,000 pages at a million nodes. synth_1m CLI,
+    // three interleaved runs each: 5.72/5.42/5.47 s -> 5.14/5.32/5.38 s.
     PopulatePages(node_chunks_.back().get(), kNodesPerChunk * sizeof(Node));
     nodes_in_last_chunk_ = 0;
   }
