@@ -131,11 +131,24 @@ class NetworkBuilder {
   void BanUsedFarApart();
   void BanLongFusibleChains();
 
-  void AddEdge(int32_t from, int32_t to, int64_t capacity, EdgeReason reason, std::string detail = {}) {
+  // Why an edge cannot be cut, as its parts: a message is only built for the
+  // edges of an infinite path (ExplainInfinitePath), and building one per
+  // banned node cost a string and a map node each (a third of a million at
+  // a million nodes).
+  struct EdgeDetail {
+    int32_t edge;
+    const char* kind;    // "cannot recompute", "cannot save"
+    const char* reason;  // static text; with `about`, a format string taking it
+    std::string_view about;  // a node name or an interned text, alive while the builder is
+  };
+  void AddEdge(int32_t from, int32_t to, int64_t capacity, EdgeReason reason, const char* kind = nullptr,
+               const char* detail = nullptr, std::string_view about = {}) {
     network_.addEdge(from, to, capacity);
     reasons_.push_back(reason);
-    if (!detail.empty()) details_.emplace(static_cast<int32_t>(reasons_.size() - 1), std::move(detail));
+    if (kind) details_.push_back({static_cast<int32_t>(reasons_.size() - 1), kind, detail, about});
   }
+  // The message of edge e's detail, "?" if it has none.
+  std::string DetailText(int32_t e) const;
   bool IsFusible(const Node& a, const Node& b) const {
     if (cat_[b.index()].cat) return true;
     return cat_[a.index()].fusible && cat_[b.index()].fusible;
@@ -145,7 +158,9 @@ class NetworkBuilder {
   bool IsMaterialized(const Node& node) const;
   // `forced` bans even a PREFER_RECOMPUTE value (primals, random ops); the
   // heuristics do not.
-  bool BanRecomputationIfAllowed(const Node& node, const std::string& reason, bool forced = false);
+  // `reason`: static text, or with `about` a format string taking it.
+  bool BanRecomputationIfAllowed(const Node& node, const char* reason, std::string_view about = {},
+                                 bool forced = false);
   Decision DecisionOf(const Node& n) const { return decision_[n.index()]; }
   int64_t FindFirstUnfusible(const std::vector<Node*>& start_nodes, int64_t max_range) const;
   Status ExplainInfinitePath(const std::vector<int32_t>& path) const;
@@ -157,7 +172,7 @@ class NetworkBuilder {
   size_t n_;
   FlowNetwork network_;
   std::vector<EdgeReason> reasons_;
-  std::map<int32_t, std::string> details_;
+  std::vector<EdgeDetail> details_;  // by edge, ascending
   std::vector<OpCategory> cat_;
   std::vector<int64_t> dist_from_bw_, fw_order_;
   std::vector<bool> banned_, required_bw_, static_lifetime_;
@@ -214,7 +229,8 @@ bool NetworkBuilder::IsMaterialized(const Node& node) const {
   return false;
 }
 
-bool NetworkBuilder::BanRecomputationIfAllowed(const Node& node, const std::string& reason, bool forced) {
+bool NetworkBuilder::BanRecomputationIfAllowed(const Node& node, const char* reason, std::string_view about,
+                                               bool forced) {
   if (cat_[node.index()].view) return false;
   if (DecisionOf(node) == Decision::kMustRecompute) return false;
   if (DecisionOf(node) == Decision::kPreferRecompute && !forced) return false;
@@ -222,9 +238,17 @@ bool NetworkBuilder::BanRecomputationIfAllowed(const Node& node, const std::stri
   if (banned_[node.index()]) return true;  // one source edge per node
   banned_[node.index()] = true;
   banned_order_.push_back(const_cast<Node*>(&node));
-  AddEdge(Source(), In(node), kInfiniteCapacity, EdgeReason::kCannotRecompute,
-          reason.empty() ? "cannot recompute" : "cannot recompute: " + reason);
+  AddEdge(Source(), In(node), kInfiniteCapacity, EdgeReason::kCannotRecompute, "cannot recompute", reason, about);
   return true;
+}
+
+std::string NetworkBuilder::DetailText(int32_t e) const {
+  auto it = std::lower_bound(details_.begin(), details_.end(), e,
+                             [](const EdgeDetail& d, int32_t edge) { return d.edge < edge; });
+  if (it == details_.end() || it->edge != e) return "?";
+  if (!it->reason || !*it->reason) return it->kind;
+  const std::string reason = it->about.empty() ? std::string(it->reason) : fmt::format(fmt::runtime(it->reason), it->about);
+  return fmt::format("{}: {}", it->kind, reason);
 }
 
 // Position of the first unfusible use in the chain of forward users starting at
@@ -318,18 +342,17 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
   const bool prefer_recompute = decision == Decision::kPreferRecompute;
   // Note [Mutated inputs]: recomputed in the backward it would read overwritten data.
   if (!node.meta().rare().reads_mutated.empty())
-    BanRecomputationIfAllowed(node, fmt::format("reads '{}' before the forward overwrites it (Note [Mutated inputs])",
-                                                node.meta().rare().reads_mutated),
-                              /*forced=*/true);
-  if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input", /*forced=*/true);
-  else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed", /*forced=*/true);
+    BanRecomputationIfAllowed(node, "reads '{}' before the forward overwrites it (Note [Mutated inputs])",
+                              node.meta().rare().reads_mutated.str(), /*forced=*/true);
+  if (node.role() == PlaceholderRole::kPrimal) BanRecomputationIfAllowed(node, "primal input", {}, /*forced=*/true);
+  else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed", {}, /*forced=*/true);
   if (prefer_recompute && IsRandomOp(node) && !RandomOpReplayable(node))
-    BanRecomputationIfAllowed(node, "random op whose draw cannot be replayed on its device", /*forced=*/true);
+    BanRecomputationIfAllowed(node, "random op whose draw cannot be replayed on its device", {}, /*forced=*/true);
   if (RequiredFw(node) && !prefer_recompute)
     if (const char* reason = ShouldBanRecomputation(node)) BanRecomputationIfAllowed(node, reason);
 
   int64_t weight = 0;
-  std::string cannot_save;
+  const char* cannot_save = nullptr;
   const ValueFacts& val = node.val();
   if (val.is_sym()) {
     weight = val.kind == ValueFacts::Kind::kSymFloat ? 4 : 1;
@@ -349,8 +372,8 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
     weight = Scaled(SizeOf(node), std::pow(1.1, static_cast<double>(exponent)));
     if (!IsMaterialized(node)) weight = Scaled(weight, 2.0);
   }
-  if (!cannot_save.empty()) {
-    AddEdge(In(node), Out(node), kInfiniteCapacity, EdgeReason::kCannotSave, "cannot save: " + cannot_save);
+  if (cannot_save) {
+    AddEdge(In(node), Out(node), kInfiniteCapacity, EdgeReason::kCannotSave, "cannot save", cannot_save);
   } else {
     if (prefer_recompute) weight = Scaled(std::max<int64_t>(weight, 1), options_.prefer_recompute_factor);
     AddEdge(In(node), Out(node), weight, EdgeReason::kNone);
@@ -380,8 +403,8 @@ void NetworkBuilder::BanUsedFarApart() {
     for (Node* user : used->users()) {
       if (RequiredFw(*user) && FwOrder(*user) > first_unfusible_use && IsFusible(*used, *user)) {
         if (banned_[user->index()]) continue;
-        BanRecomputationIfAllowed(*user, fmt::format("a fusible use of '{}' after its first unfusible use "
-                                                     "(ban_recompute_used_far_apart)", used->name()));
+        BanRecomputationIfAllowed(*user, "a fusible use of '{}' after its first unfusible use "
+                                         "(ban_recompute_used_far_apart)", used->name());
       }
     }
   }
@@ -403,8 +426,8 @@ void NetworkBuilder::BanLongFusibleChains() {
       if (visited[cur->index()]) continue;
       visited[cur->index()] = true;
       if (FwOrder(*cur) > start_order + 100 && fusible.empty()) {
-        BanRecomputationIfAllowed(*cur, fmt::format("ends a fusible chain of over 100 ops from '{}' "
-                                                    "(ban_recompute_long_fusible_chains)", start->name()));
+        BanRecomputationIfAllowed(*cur, "ends a fusible chain of over 100 ops from '{}' "
+                                        "(ban_recompute_long_fusible_chains)", start->name());
         break;
       }
       for (const Node* user : cur->users())
@@ -429,10 +452,9 @@ Status NetworkBuilder::ExplainInfinitePath(const std::vector<int32_t>& path) con
     raw += " -> " + VertexName(to);
     const Node& node = *joint_.nodes()[static_cast<size_t>((to == Sink() ? from : to) / 2)];
     std::string reason;
-    auto it = details_.find(e);
     switch (reasons_[static_cast<size_t>(e)]) {
       case EdgeReason::kCannotRecompute:
-      case EdgeReason::kCannotSave: reason = it != details_.end() ? it->second : "?"; break;
+      case EdgeReason::kCannotSave: reason = DetailText(e); break;
       case EdgeReason::kDataDependency:
         reason = fmt::format("depends on '{}'", joint_.nodes()[static_cast<size_t>(from / 2)]->name());
         break;
@@ -467,19 +489,29 @@ Status NetworkBuilder::ExplainInfinitePath(const std::vector<int32_t>& path) con
 }
 
 Expected<MinCutSolution> NetworkBuilder::Solve() {
-  ComputeNodeFacts();
-  for (const auto& up : joint_.nodes())
-    if (!up->isOutput()) AddNodeEdges(*up);
-  if (ban_used_far_apart_) BanUsedFarApart();
-  if (ban_long_chains_) BanLongFusibleChains();
+  {
+    ScopedPhase phase("build-network");
+    ComputeNodeFacts();
+    for (const auto& up : joint_.nodes())
+      if (!up->isOutput()) AddNodeEdges(*up);
+    if (ban_used_far_apart_) BanUsedFarApart();
+    if (ban_long_chains_) BanLongFusibleChains();
+  }
 
   MinCutSolution solution;
   solution.network_nodes = network_.numVertices();
   solution.network_edges = network_.numEdges();
   solution.banned_nodes = banned_order_;
-  std::vector<int32_t> infinite_path = FindInfinitePath(network_, Source(), Sink());
+  std::vector<int32_t> infinite_path = [&] {
+    ScopedPhase phase("find-infinite-path");
+    return FindInfinitePath(network_, Source(), Sink());
+  }();
   if (!infinite_path.empty()) return ExplainInfinitePath(infinite_path);
-  FXREMAT_ASSIGN_OR_RETURN(MinCut cut, fxremat::SolveMinCut(network_, Source(), Sink(), options_.max_flow));
+  Expected<MinCut> solved = [&] {
+    ScopedPhase phase("max-flow");
+    return fxremat::SolveMinCut(network_, Source(), Sink(), options_.max_flow);
+  }();
+  FXREMAT_ASSIGN_OR_RETURN(MinCut cut, std::move(solved));
   solution.cut_value = cut.value;
   std::vector<bool> saved(n_, false);
   for (int32_t e = 0; e < network_.numEdges(); ++e) {
