@@ -662,7 +662,7 @@ Status VerifyGraph(const Graph& graph) {
       ValueFacts v;
       v.kind = ValueFacts::Kind::kTensor;
       v.tensor = c.facts;
-      FXREMAT_RETURN_IF_ERROR(CheckFacts(v, [&] { return fmt::format("constant '{}'", target); }));
+      FXREMAT_RETURN_IF_ERROR(CheckFacts(v, [&name = target] { return fmt::format("constant '{}'", name); }));
     }
   if (graph.kind() == GraphKind::kJoint) {
     const JointFacts& joint = graph.joint();
