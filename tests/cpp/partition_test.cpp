@@ -11,6 +11,10 @@
 #include "passes/cse.h"
 #include "passes/min_cut_partition.h"
 #include "fxremat/pass.h"
+#include "fxremat/pipeline.h"
+#include "fxremat/text.h"
+
+#include <fmt/format.h>
 
 #include <limits>
 
@@ -145,4 +149,45 @@ TEST_CASE("cse with the merges found on the original equals cse searching the co
     merged += *a;
   }
   CHECK(merged >= 1);
+}
+
+// PrepareForCut (src/pipeline.cpp) searches a large graph for common
+// subexpressions on a second thread while it makes its other checks: the
+// merges are the ones the cse pass makes, here every b_i = sin(...) into a_i.
+TEST_CASE("the min cut's preparation merges duplicates of a graph large enough for its search thread") {
+  constexpr int kBlocks = 7000;  // 3 nodes each: over ExtractOptions::parallel_from_nodes
+  REQUIRE(3 * kBlocks >= static_cast<int>(ExtractOptions{}.parallel_from_nodes));
+  std::string text =
+      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
+      "# input primals_1 role=primal tag=is_forward\n"
+      "# input tangents_1 role=tangent tag=is_backward\n"
+      "def forward(self, primals_1: \"f32[4][1]cpu rg\", tangents_1: \"f32[4][1]cpu\"):\n";
+  std::string prev = "primals_1";
+  for (int i = 0; i < kBlocks; ++i) {
+    text += fmt::format("    a{0}: \"f32[4][1]cpu rg\" = torch.ops.aten.sin.default({1})  # tag=is_forward\n"
+                        "    b{0}: \"f32[4][1]cpu rg\" = torch.ops.aten.sin.default({1})  # tag=is_forward\n"
+                        "    c{0}: \"f32[4][1]cpu rg\" = torch.ops.aten.add.Tensor(a{0}, b{0})  # tag=is_forward\n",
+                        i, prev);
+    prev = fmt::format("c{}", i);
+  }
+  text += fmt::format("    mul: \"f32[4][1]cpu\" = torch.ops.aten.mul.Tensor(tangents_1, {})  # tag=is_backward\n", prev);
+  text += fmt::format("    return ({}, mul)\n", prev);
+  auto joint = ParseGraph(text);
+  INFO(joint.status().ToString());
+  REQUIRE(joint.ok());
+  auto prepared = PrepareMinCutGraph(**joint, MinCutOptions{});
+  INFO(prepared.status().ToString());
+  REQUIRE(prepared.ok());
+  CHECK((*prepared)->size() == (*joint)->size() - kBlocks);
+  CHECK((*prepared)->findNode("b0") == nullptr);
+  CHECK((*prepared)->findNode(fmt::format("b{}", kBlocks - 1)) == nullptr);
+  const Node* last = (*prepared)->findNode(fmt::format("c{}", kBlocks - 1));
+  REQUIRE(last != nullptr);
+  REQUIRE(last->args().size() == 2);
+  CHECK(last->args()[0].node == last->args()[1].node);
+  CHECK(last->args()[0].node->name() == fmt::format("a{}", kBlocks - 1));
+  // The same graph as the cse pass searching a copy itself.
+  std::unique_ptr<Graph> searched = CloneGraph(**joint);
+  REQUIRE(RunGraphPass("cse", *searched, PassOptions{}).ok());
+  CHECK(GraphToJson(**prepared) == GraphToJson(*searched));
 }
