@@ -277,6 +277,11 @@ Node* Graph::findNode(std::string_view name) const {
 void Graph::reserve(size_t n) {
   nodes_.reserve(n);
   if (names_indexed_) by_name_.reserve(n);
+  // Arena room for the nodes still to come: what the current chunk has left,
+  // then the unused chunks.
+  const size_t more = n > nodes_.size() ? n - nodes_.size() : 0;
+  size_t room = kNodesPerChunk - nodes_in_current_chunk_ + (node_chunks_.size() - next_chunk_) * kNodesPerChunk;
+  for (; room < more; room += kNodesPerChunk) node_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);
 }
 
 Node* Graph::outputNode() const {
@@ -307,16 +312,27 @@ std::vector<Node*> Graph::outputValues() const {
 void NodeDestroyer::operator()(Node* node) const { node->~Node(); }
 
 Node* Graph::allocateNode() {
-  if (nodes_in_last_chunk_ == kNodesPerChunk) {
-    // operator new[] of std::byte is aligned for any fundamental type, so for Node.
-    static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
-    node_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
+  if (nodes_in_current_chunk_ == kNodesPerChunk) {
+    if (next_chunk_ == node_chunks_.size()) {
+      // operator new[] of std::byte is aligned for any fundamental type, so for Node.
+      static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+      node_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
+    }
+    current_chunk_ = node_chunks_[next_chunk_++].get();
     // Note [Populated pages]: ~140,000 pages at a million nodes. synth_1m CLI,
-    // three interleaved runs each: 5.72/5.42/5.47 s -> 5.14/5.32/5.38 s.
-    PopulatePages(node_chunks_.back().get(), kNodesPerChunk * sizeof(Node));
-    nodes_in_last_chunk_ = 0;
+    // three interleaved runs each: 5.72/5.42/5.47 s -> 5.14/5.32/5.38 s. A
+    // chunk another thread mapped already costs a walk of its page tables.
+    PopulatePages(current_chunk_, kNodesPerChunk * sizeof(Node));
+    nodes_in_current_chunk_ = 0;
   }
-  return reinterpret_cast<Node*>(node_chunks_.back().get() + sizeof(Node) * nodes_in_last_chunk_++);
+  return reinterpret_cast<Node*>(current_chunk_ + sizeof(Node) * nodes_in_current_chunk_++);
+}
+
+std::vector<std::pair<std::byte*, size_t>> Graph::unusedNodeMemory() const {
+  std::vector<std::pair<std::byte*, size_t>> ranges;
+  for (size_t c = next_chunk_; c < node_chunks_.size(); ++c)
+    ranges.emplace_back(node_chunks_[c].get(), kNodesPerChunk * sizeof(Node));
+  return ranges;
 }
 
 Node* Graph::createNode(OpKind op, std::string name, std::string_view target,

@@ -1488,6 +1488,11 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
     for (int n = parts_indexed.load(std::memory_order_acquire); n < 2; n = parts_indexed.load(std::memory_order_acquire))
       parts_indexed.wait(n, std::memory_order_acquire);
   };
+  // Note [Populated pages]: the second thread maps the arena pages of the
+  // nodes it parsed, before the first creates them there (node k goes to
+  // chunk k / kNodesPerChunk of the fresh graph's arena, reserved by Read).
+  const std::vector<std::pair<std::byte*, size_t>> arena = graph_->unusedNodeMemory();
+  const size_t nodes_per_chunk = arena.empty() ? count : std::max<size_t>(1, arena[0].second / sizeof(Node));
   auto second_thread = [&] {
     ParseState state;
     state.later_names = &later_names;
@@ -1505,6 +1510,8 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
              done = blocks_created.load(std::memory_order_acquire))
           blocks_created.wait(done, std::memory_order_acquire);
         parse_block(b, state, statuses[1]);
+        for (size_t c = b * kBlock / nodes_per_chunk; c < arena.size() && c * nodes_per_chunk < (b + 1) * kBlock; ++c)
+          PopulatePages(arena[c].first, arena[c].second);
       }
     } catch (const std::exception& e) {
       statuses[1] = Status::Internal(e.what());

@@ -581,8 +581,15 @@ class Graph {
   // A name not yet used in the graph, derived from `base` FX-style (base, base_1, ...).
   std::string uniqueName(std::string_view base) const;
   // Room for `n` nodes without reallocating the node list or rehashing the
-  // name index (readers and copies know their size in advance).
+  // name index (readers and copies know their size in advance); the node
+  // arena's chunks for them are allocated too (Note [Node arena]).
   void reserve(size_t n);
+  // The arena memory of the nodes reserve() made room for and not yet created,
+  // chunk by chunk in the order nodes will use it. Another thread may map its
+  // pages ahead (PopulatePages, Note [Populated pages] in
+  // src/populate_pages.h) while this graph's thread creates nodes; the ranges
+  // stay valid as long as the graph. Their contents are not to be touched.
+  std::vector<std::pair<std::byte*, size_t>> unusedNodeMemory() const;
 
  private:
   void renumber(size_t from);
@@ -605,10 +612,15 @@ class Graph {
   // thousand allocations for its nodes instead of a million, and walks them in
   // memory order. An erased node's slot is not reused (erasing is rare and
   // bounded by what was created). Declared before nodes_: destroyed after it.
+  // Chunks past the current one were allocated by reserve() and are not used
+  // yet. A chunk's pages are mapped when it becomes the current one, unless
+  // another thread mapped them first (unusedNodeMemory).
   static constexpr size_t kNodesPerChunk = 512;
   Node* allocateNode();
   std::vector<std::unique_ptr<std::byte[]>> node_chunks_;
-  size_t nodes_in_last_chunk_ = kNodesPerChunk;
+  size_t next_chunk_ = 0;              // the chunk that becomes current next
+  std::byte* current_chunk_ = nullptr;
+  size_t nodes_in_current_chunk_ = kNodesPerChunk;  // full: the next node starts a chunk
   std::vector<NodePtr> nodes_;
   // Name -> node, built on the first look-up by name and kept up to date from
   // then on: graphs that are only built and walked (an extraction the budget

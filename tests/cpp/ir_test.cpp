@@ -167,3 +167,41 @@ TEST_CASE("Note [Node arena]: nodes keep their addresses across chunks, erasures
   REQUIRE(copy->size() == g.size());
   REQUIRE(copy->findNode("n1000")->inputs()[0]->name() == "n999");
 }
+
+// Note [Node arena]: reserve(n) allocates the arena for the nodes to come, and
+// unusedNodeMemory() hands out the chunks no node uses yet, in the order new
+// nodes fill them (a second thread maps their pages ahead: Note [Populated pages]).
+TEST_CASE("reserve allocates the node arena ahead; unusedNodeMemory is the part not yet used") {
+  Graph g;
+  CHECK(g.unusedNodeMemory().empty());
+  g.reserve(1000);
+  const auto reserved = g.unusedNodeMemory();
+  size_t bytes = 0;
+  for (const auto& [begin, size] : reserved) bytes += size;
+  CHECK(bytes >= 1000 * sizeof(Node));
+  CHECK(bytes < (1000 + 512) * sizeof(Node));  // whole chunks, no more than needed
+  auto inside = [&](const Node* n) {
+    const std::byte* p = reinterpret_cast<const std::byte*>(n);
+    for (const auto& [begin, size] : reserved)
+      if (p >= begin && p + sizeof(Node) <= begin + size) return true;
+    return false;
+  };
+  std::vector<Node*> made;
+  for (int i = 0; i < 1000; ++i) {
+    Node* n = g.createNode(OpKind::kPlaceholder, fmt::format("p{}", i), fmt::format("p{}", i));
+    n->val().kind = ValueFacts::Kind::kTensor;
+    made.push_back(n);
+  }
+  for (const Node* n : made) CHECK(inside(n));
+  CHECK(made[0] == reinterpret_cast<const Node*>(reserved[0].first));  // the first node starts the first chunk
+  CHECK(g.unusedNodeMemory().empty());
+  // Room for more, counted from the nodes there are: the current chunk has 24
+  // slots left (1000 of 2 x 512 used), so 600 more take two new chunks.
+  g.reserve(g.size() + 600);
+  const auto more = g.unusedNodeMemory();
+  CHECK(more.size() == 2);
+  Node* last = nullptr;
+  for (int i = 0; i < 25; ++i) last = g.createNode(OpKind::kPlaceholder, fmt::format("q{}", i), fmt::format("q{}", i));
+  CHECK(last == reinterpret_cast<const Node*>(more[0].first));  // the 25th starts the first new chunk
+  CHECK(g.unusedNodeMemory().size() == 1);
+}
