@@ -949,8 +949,9 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
       if (j.size() != 1) break;
       auto [key, value] = j.only_field();
       if (key == "node" && value.kind() == JKind::kString) {
-        // kEmpty when absent. The second thread looks among its own part's
-        // names first: most references are to nodes close before.
+        // kEmpty when absent. Most references are to nodes a few before,
+        // which this thread has just parsed (RecentNames); on two threads the
+        // later part's names are indexed apart from the first part's.
         const std::string_view ref = value.str();
         const uint64_t hash = NameIndex::Hash(ref);
         size_t target = state.recent.Find(ref, hash);
@@ -1162,7 +1163,8 @@ Status GraphReader<V>::ParseNode(const V& j, size_t index, bool shared_index, Pa
   else return Fail(JsonPath(path, "op"), fmt::format("node '{}': unknown op '{}' (call_module and call_method "
                                                      "are not part of aten graphs)", name, op_name));
   out.op = op;
-  // (On two threads the graph is being built meanwhile: CreateNode checks this.)
+  // (On two threads the graph is being built meanwhile: ReadNodesOnTwoThreads
+  // checks this as it creates the node.)
   if (!shared_index && graph_->outputNode() != nullptr) return FollowsOutput(path, name);
   std::string_view target = op == OpKind::kOutput ? std::string_view("output") : name;
   if (auto target_field = f.find("target")) {
@@ -1428,8 +1430,12 @@ Status GraphReader<V>::IndexNames(const V& nodes_field, size_t begin, size_t end
   ScopedPhase phase("index-names");
   index.Reset(&names_, end - begin);
   size_t k = 0;
+  bool past_the_part = false;
   Status named = nodes_field.each([&](const V& node) -> Status {
-    if (k >= end) return Status::Internal("past the part");  // stops the walk
+    if (k >= end) {
+      past_the_part = true;
+      return Status::Internal("past the part");  // stops the walk
+    }
     if (k++ < begin) return Status::Ok();
     // ParseNode checks that this is the name it reads (the last of the key).
     std::optional<V> name = node.first_field("name");
@@ -1439,7 +1445,7 @@ Status GraphReader<V>::IndexNames(const V& nodes_field, size_t begin, size_t end
     nodes[k - 1] = node;
     return Status::Ok();
   });
-  return k == end ? Status::Ok() : named;
+  return past_the_part ? Status::Ok() : named;
 }
 
 template <typename V>
@@ -1528,22 +1534,21 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
   } catch (const std::system_error&) {
     return Status::Internal("cannot start a second reading thread");
   }
-  struct AtReturn {  // the second thread never waits for this one once it returns
-    std::atomic<bool>& stop;
-    std::atomic<int>& parts_indexed;
-    std::atomic<size_t>& blocks_created;
-    ~AtReturn() {
-      stop.store(true, std::memory_order_relaxed);
-      parts_indexed.fetch_add(2, std::memory_order_acq_rel);
-      parts_indexed.notify_all();
-      blocks_created.fetch_add(kMaxBlocksAhead + 1, std::memory_order_acq_rel);
-      blocks_created.notify_all();
-    }
-  } at_return{stop, parts_indexed, blocks_created};
-  auto failure = [&]() -> Status {
+  // Stops the second thread and wakes it wherever it waits (on the indexes,
+  // or on the creation falling behind), so that it never waits for this one.
+  auto release_worker = [&] {
     stop.store(true, std::memory_order_relaxed);
+    parts_indexed.fetch_add(2, std::memory_order_acq_rel);
+    parts_indexed.notify_all();
     blocks_created.fetch_add(kMaxBlocksAhead + 1, std::memory_order_acq_rel);
     blocks_created.notify_all();
+  };
+  struct ReleaseAtReturn {
+    decltype(release_worker)& release;
+    ~ReleaseAtReturn() { release(); }
+  } release_at_return{release_worker};
+  auto failure = [&]() -> Status {
+    release_worker();
     worker.join();
     return !statuses[0].ok() ? statuses[0] : !statuses[1].ok() ? statuses[1] : Status::Internal("read failed");
   };

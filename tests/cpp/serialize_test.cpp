@@ -128,6 +128,11 @@ TEST_CASE("Note [Reading nodes on two threads]: the same graph and the same erro
       {"a bad value in the second part",
        [](auto& nodes) { nodes[17'000] = std::string(nodes[17'000]).replace(nodes[17'000].find("float32"), 7, "float99"); }},
       {"a node without a name", [](auto& nodes) { nodes[18'000].replace(nodes[18'000].find("\"name\""), 6, "\"nome\""); }},
+      // The last node of each thread's part of the names (the first 40%: 8,000 of 20,002).
+      {"the first part's last node without a name",
+       [](auto& nodes) { nodes[7'999].replace(nodes[7'999].find("\"name\""), 6, "\"nome\""); }},
+      {"the last node named as an earlier one",
+       [](auto& nodes) { nodes.back().replace(nodes.back().find("\"output\""), 8, "\"s5\""); }},
   };
   SECTION("bad documents") {
     for (const auto& [what, edit] : bad) {
