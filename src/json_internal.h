@@ -5,6 +5,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -37,5 +40,14 @@ inline nlohmann::ordered_json DimToJson(const Dim& d) {
   if (d.is_static()) return d.hint;
   return nlohmann::ordered_json{{"sym", d.expr.str()}, {"hint", d.hint}};
 }
+
+// Note [Populated tape]: the tape and string bytes simdjson's stage 2 writes
+// for a document, as the mapping thread counts them ahead of it (`first`) and
+// as the parse really wrote them (`second`); nullopt for a malformed document.
+struct TapeSizes {
+  size_t tape_bytes = 0;
+  size_t string_bytes = 0;
+};
+std::optional<std::pair<TapeSizes, TapeSizes>> MeasureTapeForTesting(std::string_view json);
 
 }  // namespace fxremat

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <system_error>
 #include <thread>
@@ -2208,6 +2209,105 @@ Expected<std::unique_ptr<Graph>> ReadWithNlohmann(std::string_view text, const s
   return GraphFromJsonDocument(doc, sidecar_dir);
 }
 
+// Note [Populated tape]
+// simdjson's DOM writes a tape (8 bytes a value) and a string buffer (every
+// key and string unescaped, after a 4-byte length, before a NUL) that together
+// outweigh the text (synth_1m: 291 MB of JSON, 425 MB of tape and about 300 MB
+// of strings). It is all fresh memory, and its first touches were most of
+// parse-json: the same parse into reused buffers takes a quarter of the time.
+// Stage 1 (the structural index) tells how many values and strings the
+// document holds, so for a large document a second thread walks the index
+// ahead of stage 2, adds up the tape words and string bytes each stretch of it
+// will take, and maps those pages (Note [Populated pages]) while stage 2 fills
+// the ones before. It maps only what stage 2 will write -- the tape exactly, a
+// string by its raw length, which only escapes and spaces before the next
+// structural make longer -- so the peak memory does not grow. The result and
+// every error are parse_into_document's: the same two stages, called one at a
+// time (test: serialize_test's "Note [Populated tape]").
+inline size_t MapTapeFrom() {
+  // FXREMAT_MAP_TAPE_FROM=N: documents of N bytes or more (tests use 1).
+  if (const char* v = std::getenv("FXREMAT_MAP_TAPE_FROM")) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (end != v && *end == '\0') return static_cast<size_t>(n);
+  }
+  return size_t{16} << 20;
+}
+
+// The tape and string bytes stage 2 writes for the structurals
+// index[begin, end) of `text`: one tape word per brace, bracket, string, true,
+// false and null, two per number, none per colon and comma; a string takes
+// its 4-byte length, its characters (at most the raw ones: what lies between
+// its quote and the next structural, less the two quotes) and a NUL.
+TapeSizes CountTape(const uint8_t* text, size_t length, const uint32_t* index, size_t begin, size_t end,
+                    size_t count) {
+  TapeSizes sizes;
+  for (size_t i = begin; i < end; ++i) {
+    switch (text[index[i]]) {
+      case ':': case ',': break;
+      case '"': {
+        const size_t next = i + 1 < count ? index[i + 1] : length;
+        sizes.tape_bytes += sizeof(uint64_t);
+        sizes.string_bytes += next - index[i] - 2 + sizeof(uint32_t) + 1;
+        break;
+      }
+      case '{': case '}': case '[': case ']': case 't': case 'f': case 'n': sizes.tape_bytes += sizeof(uint64_t); break;
+      default: sizes.tape_bytes += 2 * sizeof(uint64_t);  // a number: its kind, then its value
+    }
+  }
+  return sizes;
+}
+
+// Maps, a stretch of structurals at a time, the pages stage 2 will write.
+void MapTapeAhead(const uint8_t* text, size_t length, const uint32_t* index, size_t count,
+                  simdjson::dom::document& document) {
+  std::byte* const tape = reinterpret_cast<std::byte*>(document.tape.get());
+  std::byte* const strings = reinterpret_cast<std::byte*>(document.string_buf.get());
+  constexpr size_t kStretch = size_t{1} << 16;
+  constexpr size_t kMinMap = size_t{1} << 20;
+  TapeSizes needed{2 * sizeof(uint64_t), 0}, mapped;  // the root's two words first
+  for (size_t begin = 0; begin < count; begin += kStretch) {
+    const size_t end = std::min(count, begin + kStretch);
+    const TapeSizes stretch = CountTape(text, length, index, begin, end, count);
+    needed.tape_bytes += stretch.tape_bytes;
+    needed.string_bytes += stretch.string_bytes;
+    const bool last = end == count;
+    if (needed.tape_bytes >= mapped.tape_bytes + kMinMap || (last && needed.tape_bytes > mapped.tape_bytes)) {
+      PopulatePages(tape + mapped.tape_bytes, needed.tape_bytes - mapped.tape_bytes);
+      mapped.tape_bytes = needed.tape_bytes;
+    }
+    if (needed.string_bytes >= mapped.string_bytes + kMinMap || (last && needed.string_bytes > mapped.string_bytes)) {
+      PopulatePages(strings + mapped.string_bytes, needed.string_bytes - mapped.string_bytes);
+      mapped.string_bytes = needed.string_bytes;
+    }
+  }
+}
+
+// `parser` has the capacity for `length` bytes; `text` is followed by
+// SIMDJSON_PADDING readable bytes when `padded` (and is copied otherwise).
+simdjson::error_code ParseIntoDocument(simdjson::dom::parser& parser, simdjson::dom::document& document,
+                                       const uint8_t* text, size_t length, bool padded) {
+  if (length < MapTapeFrom()) return parser.parse_into_document(document, text, length, !padded).error();
+  simdjson::padded_string copy;
+  if (!padded) {
+    copy = simdjson::padded_string(reinterpret_cast<const char*>(text), length);
+    text = reinterpret_cast<const uint8_t*>(copy.data());
+  }
+  if (simdjson::error_code error = document.allocate(length)) return error;
+  simdjson::internal::dom_parser_implementation& stages = *parser.implementation;
+  if (simdjson::error_code error = stages.stage1(text, length, simdjson::stage1_mode::regular)) return error;
+  std::thread mapper;
+  try {
+    mapper = std::thread(
+        [&] { MapTapeAhead(text, length, stages.structural_indexes.get(), stages.n_structural_indexes, document); });
+  } catch (const std::system_error&) {
+    // No second thread: stage 2 touches its pages itself, as parse_into_document does.
+  }
+  const simdjson::error_code error = stages.stage2(document);
+  if (mapper.joinable()) mapper.join();
+  return error;
+}
+
 // `owned`: null, or the string `text` views, with SIMDJSON_PADDING bytes of
 // spare capacity (simdjson then reads it in place); it is released once parsed,
 // since the tape holds every value: the text and the IR are never both held.
@@ -2221,8 +2321,8 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
     // Its index buffers go at the end of this block; the document keeps the tape and strings.
     simdjson::dom::parser parser;
     parsed = parser.allocate(text.size(), kMaxJsonDepth) == simdjson::SUCCESS &&
-             parser.parse_into_document(document, reinterpret_cast<const uint8_t*>(text.data()), text.size(),
-                                        /*realloc_if_needed=*/owned == nullptr).error() == simdjson::SUCCESS;
+             ParseIntoDocument(parser, document, reinterpret_cast<const uint8_t*>(text.data()), text.size(),
+                               /*padded=*/owned != nullptr) == simdjson::SUCCESS;
   }
   if (!parsed) return ReadWithNlohmann(text, sidecar_dir);
   if (owned) std::string().swap(*owned);
@@ -2235,6 +2335,37 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
 
 Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std::string& sidecar_dir) {
   return ReadJson(text, /*owned=*/nullptr, sidecar_dir);
+}
+
+std::optional<std::pair<TapeSizes, TapeSizes>> MeasureTapeForTesting(std::string_view json) {
+  const simdjson::padded_string text(json);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(text.data());
+  simdjson::dom::parser parser;
+  simdjson::dom::document document;
+  if (parser.allocate(json.size(), kMaxJsonDepth) || document.allocate(json.size())) return std::nullopt;
+  simdjson::internal::dom_parser_implementation& stages = *parser.implementation;
+  if (stages.stage1(bytes, json.size(), simdjson::stage1_mode::regular)) return std::nullopt;
+  TapeSizes counted =
+      CountTape(bytes, json.size(), stages.structural_indexes.get(), 0, stages.n_structural_indexes,
+                stages.n_structural_indexes);
+  counted.tape_bytes += 2 * sizeof(uint64_t);
+  if (stages.stage2(document)) return std::nullopt;
+  // The tape's first word (the root) holds the tape's length; a string's
+  // word holds its offset in the string buffer, where its length comes first;
+  // a number is its kind's word and then its value's.
+  const uint64_t* tape = document.tape.get();
+  const size_t words = static_cast<size_t>(tape[0] & simdjson::internal::JSON_VALUE_MASK);
+  TapeSizes written{words * sizeof(uint64_t), 0};
+  for (size_t i = 0; i < words; ++i) {
+    const char type = static_cast<char>(tape[i] >> 56);
+    if (type == 'l' || type == 'u' || type == 'd') ++i;  // a number's value: the next word, any bits
+    if (type != '"') continue;
+    const size_t offset = static_cast<size_t>(tape[i] & simdjson::internal::JSON_VALUE_MASK);
+    uint32_t string_length;
+    std::memcpy(&string_length, document.string_buf.get() + offset, sizeof(string_length));
+    written.string_bytes = std::max(written.string_bytes, offset + sizeof(uint32_t) + string_length + 1);
+  }
+  return std::make_pair(counted, written);
 }
 
 Expected<std::unique_ptr<Graph>> GraphFromJsonDocument(const nlohmann::json& doc, const std::string& sidecar_dir) {

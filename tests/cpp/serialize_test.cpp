@@ -151,6 +151,64 @@ TEST_CASE("Note [Reading nodes on two threads]: the same graph and the same erro
   }
 }
 
+// Note [Populated tape]: FXREMAT_MAP_TAPE_FROM sets the document size (bytes)
+// from which a second thread maps simdjson's tape ahead of its stage 2.
+struct MapTapeFrom {
+  explicit MapTapeFrom(const char* n) { setenv("FXREMAT_MAP_TAPE_FROM", n, 1); }
+  ~MapTapeFrom() { unsetenv("FXREMAT_MAP_TAPE_FROM"); }
+};
+
+TEST_CASE("Note [Populated tape]: the pages mapped are the ones stage 2 writes, and the parse is unchanged") {
+  std::vector<std::pair<std::string, std::string>> documents;  // what, JSON
+  for (const std::string& file : TestdataFiles()) {
+    auto graph = LoadGraphFile(file);
+    REQUIRE(graph.ok());
+    documents.emplace_back(file, GraphToJson(**graph));
+  }
+  documents.emplace_back("a 20,000-node chain", ChainJson(20'000));
+  SECTION("the tape exactly; the strings exactly in compact JSON without escapes, and never less") {
+    for (const auto& [what, json] : documents) {
+      INFO(what);
+      auto sizes = MeasureTapeForTesting(json);
+      REQUIRE(sizes);
+      CHECK(sizes->first.tape_bytes == sizes->second.tape_bytes);
+      CHECK(sizes->first.string_bytes >= sizes->second.string_bytes);
+    }
+    auto compact = MeasureTapeForTesting(ChainJson(2'000));
+    REQUIRE(compact);
+    CHECK(compact->first.string_bytes == compact->second.string_bytes);
+    // Escapes and spaces are counted at their raw length: more than written.
+    auto spaced = MeasureTapeForTesting(R"({"a\n\u00e9" : [1, -2.5e3, true, false, null, "x\"y" ] , "b":{}})");
+    REQUIRE(spaced);
+    CHECK(spaced->first.tape_bytes == spaced->second.tape_bytes);
+    CHECK(spaced->first.string_bytes > spaced->second.string_bytes);
+  }
+  SECTION("the same graphs and the same errors with the tape mapped ahead") {
+    documents.emplace_back("truncated", ChainJson(2'000).substr(0, 50'000));
+    documents.emplace_back("a bad literal", ChainJson(2'000, [](auto& nodes) { nodes[500].insert(1, "\"x\":tru,"); }));
+    documents.emplace_back("a bad value", ChainJson(2'000, [](auto& nodes) {
+      nodes[700] = std::string(nodes[700]).replace(nodes[700].find("float32"), 7, "float99");
+    }));
+    for (const auto& [what, json] : documents) {
+      INFO(what);
+      Expected<std::unique_ptr<Graph>> mapped = Status::Internal("unread"), unmapped = Status::Internal("unread");
+      {
+        MapTapeFrom all("1");
+        mapped = GraphFromJson(json);
+      }
+      {
+        MapTapeFrom none("100000000000");
+        unmapped = GraphFromJson(json);
+      }
+      REQUIRE(mapped.ok() == unmapped.ok());
+      if (mapped.ok())
+        CHECK(GraphToJson(**mapped) == GraphToJson(**unmapped));
+      else
+        CHECK(mapped.status().ToString() == unmapped.status().ToString());
+    }
+  }
+}
+
 TEST_CASE("JSON errors name the JSON path") {
   auto check = [](const std::string& doc, const std::string& where, const std::string& what) {
     auto g = GraphFromJson(doc);
