@@ -772,9 +772,15 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& g, const JointClassific
   return options;
 }
 
-Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_options) {
+Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_options,
+                                     std::optional<JointClassification> classified) {
   ScopedPhase phase("cut");
-  FXREMAT_ASSIGN_OR_RETURN(JointClassification c, ClassifyJoint(g));
+  if (!classified) {
+    Expected<JointClassification> fresh = ClassifyJoint(g);
+    if (!fresh.ok()) return fresh.status();
+    classified = std::move(*fresh);
+  }
+  JointClassification c = std::move(*classified);
   FXREMAT_ASSIGN_OR_RETURN(const MinCutOptions options, ResolveRegionBudget(g, c, given_options));
   bool any_required_bw = false;
   for (size_t i = 0; i < g.size() && !any_required_bw; ++i) any_required_bw = c.in_tangents_closure[i];

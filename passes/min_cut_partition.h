@@ -49,7 +49,11 @@ Expected<MinCutOptions> ResolveRegionBudget(const Graph& prepared, const JointCl
 // The cut of a graph the min cut's preparation stages already ran on
 // (RunMinCutStages, pipeline.h): the solve and the extraction. Falls back to
 // the default partition when nothing depends on a tangent, as the reference.
-Expected<Partition> CutPreparedGraph(const Graph& prepared, const MinCutOptions& options);
+// `classified`: ClassifyJoint(prepared), when the caller already has it
+// (RunMinCutStages classifies while the CSE search runs: Note [Classified
+// while searching] in src/pipeline.cpp).
+Expected<Partition> CutPreparedGraph(const Graph& prepared, const MinCutOptions& options,
+                                     std::optional<JointClassification> classified = std::nullopt);
 
 // The whole pass: CSE (options.cse), cleanup_recompute_tags, forced saves,
 // SolveMinCut, then ExtractPartition. Falls back to the default partition when

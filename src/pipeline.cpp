@@ -2,6 +2,7 @@
 #include "fxremat/pipeline.h"
 #include "fxremat/phases.h"
 
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <thread>
@@ -41,9 +42,21 @@ std::string_view OffloadTargetName(OffloadTarget t) {
 
 namespace {
 
+// Note [Classified while searching]
+// At 20,000 nodes and more, PrepareForCut searches for common subexpressions
+// on a second thread, and this one, once its own checks are made, would wait
+// for it (at a million nodes ~90 ms of checks beside ~250 ms of search). When
+// those checks found nothing to change, the joint graph is cut as it is unless
+// the search finds duplicates, so this thread classifies the joint graph
+// (ClassifyJoint only reads it, as the search does) and the cut takes that
+// classification if no copy was made; a copy, or a classification that
+// failed, is classified again by the cut, as before.
+
 // The min cut's preparation stages on a copy of `joint`; null when none has
-// work (the joint graph is cut as it is).
-Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutOptions& options) {
+// work (the joint graph is cut as it is). `classified_joint`, if given, may
+// receive ClassifyJoint(joint) (Note [Classified while searching]).
+Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutOptions& options,
+                                               std::optional<JointClassification>* classified_joint = nullptr) {
   if (options.static_lifetime_input_indices) {
     int64_t primals = 0;
     for (const Node* p : joint.placeholders()) primals += p->role() == PlaceholderRole::kPrimal;
@@ -83,6 +96,8 @@ Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutO
   for (const auto& up : joint.nodes())
     has_demands = has_demands || up->meta().recompute != Decision::kNone || up->meta().offload_requested;
   if (searching) {
+    if (classified_joint && !has_recomputable && !has_dead && !has_forced && !has_demands && !has_mutations)
+      if (Expected<JointClassification> c = ClassifyJoint(joint); c.ok()) *classified_joint = std::move(*c);
     search.join();
     if (log) log->Merge(search_log);
   } else if (options.cse && !has_dead) {
@@ -189,8 +204,10 @@ void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& part
 }  // namespace
 
 Expected<Partition> RunMinCutStages(const Graph& joint, const MinCutOptions& options) {
-  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareForCut(joint, options));
-  return CutPreparedGraph(prepared ? *prepared : joint, options);
+  std::optional<JointClassification> classified_joint;
+  FXREMAT_ASSIGN_OR_RETURN(std::unique_ptr<Graph> prepared, PrepareForCut(joint, options, &classified_joint));
+  if (prepared) return CutPreparedGraph(*prepared, options);
+  return CutPreparedGraph(joint, options, std::move(classified_joint));
 }
 
 Expected<std::unique_ptr<Graph>> PrepareMinCutGraph(const Graph& joint, const MinCutOptions& options) {

@@ -11,6 +11,7 @@
 #include "passes/cse.h"
 #include "passes/min_cut_partition.h"
 #include "fxremat/pass.h"
+#include "fxremat/phases.h"
 #include "fxremat/pipeline.h"
 #include "fxremat/text.h"
 
@@ -190,4 +191,55 @@ TEST_CASE("the min cut's preparation merges duplicates of a graph large enough f
   std::unique_ptr<Graph> searched = CloneGraph(**joint);
   REQUIRE(RunGraphPass("cse", *searched, PassOptions{}).ok());
   CHECK(GraphToJson(**prepared) == GraphToJson(*searched));
+}
+
+// Note [Classified while searching] (src/pipeline.cpp): with nothing for the
+// preparation to change, the joint graph is classified while the CSE search
+// runs, once, before the cut; the partition is the one the cut makes when it
+// classifies the graph itself.
+TEST_CASE("a large joint graph classified while its CSE search runs gives the same partition") {
+  constexpr int kBlocks = 7000;  // 3 nodes each, no two alike
+  REQUIRE(3 * kBlocks >= static_cast<int>(ExtractOptions{}.parallel_from_nodes));
+  std::string text =
+      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
+      "# input primals_1 role=primal tag=is_forward\n"
+      "# input tangents_1 role=tangent tag=is_backward\n"
+      "def forward(self, primals_1: \"f32[4][1]cpu rg\", tangents_1: \"f32[4][1]cpu\"):\n";
+  std::string prev = "primals_1", grad = "tangents_1";
+  for (int i = 0; i < kBlocks; ++i) {
+    text += fmt::format("    a{0}: \"f32[4][1]cpu rg\" = torch.ops.aten.sin.default({1})  # tag=is_forward\n"
+                        "    c{0}: \"f32[4][1]cpu rg\" = torch.ops.aten.mul.Tensor(a{0}, {1})  # tag=is_forward\n",
+                        i, prev);
+    prev = fmt::format("c{}", i);
+  }
+  for (int i = kBlocks; i-- > 0;) {
+    text += fmt::format("    g{0}: \"f32[4][1]cpu\" = torch.ops.aten.mul.Tensor({1}, a{0})  # tag=is_backward\n", i, grad);
+    grad = fmt::format("g{}", i);
+  }
+  text += fmt::format("    return ({}, {})\n", prev, grad);
+  auto joint = ParseGraph(text);
+  INFO(joint.status().ToString());
+  REQUIRE(joint.ok());
+  REQUIRE((*joint)->size() >= ExtractOptions{}.parallel_from_nodes);
+  PhaseLog log;
+  Expected<Partition> staged = Status::Internal("not run");
+  {
+    ScopedPhaseLog install(&log);
+    staged = RunMinCutStages(**joint, MinCutOptions{});
+  }
+  INFO(staged.status().ToString());
+  REQUIRE(staged.ok());
+  auto index_of = [&](std::string_view name) {
+    for (size_t i = 0; i < log.entries().size(); ++i)
+      if (log.entries()[i].name == name) return std::make_pair(i, log.entries()[i].count);
+    return std::make_pair(log.entries().size(), int64_t{0});
+  };
+  CHECK(index_of("classify").first < index_of("cut").first);  // classified before the cut began
+  CHECK(index_of("classify").second == 1);                    // and not again by it
+  auto classified_by_cut = CutPreparedGraph(**joint, MinCutOptions{});
+  REQUIRE(classified_by_cut.ok());
+  CHECK(GraphToJson(*staged->forward) == GraphToJson(*classified_by_cut->forward));
+  CHECK(GraphToJson(*staged->backward) == GraphToJson(*classified_by_cut->backward));
+  CHECK(SignatureToJson(staged->signature) == SignatureToJson(classified_by_cut->signature));
+  CHECK(!staged->signature.saved.empty());
 }
