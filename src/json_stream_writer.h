@@ -34,7 +34,7 @@ class JsonStreamWriter {
  public:
   static constexpr size_t kFlushBytes = 1 << 20;
   using Sink = std::function<bool(std::string_view)>;
-  // `indent`: spaces per level, as nlohmann's dump(indent).
+  // `indent`: spaces per level, as nlohmann's dump(indent); -1: compact, as dump().
   explicit JsonStreamWriter(Sink sink = nullptr, int indent = 1) : sink_(std::move(sink)), indent_(indent) {}
 
   void BeginObject() { Open('{'); }
@@ -44,7 +44,8 @@ class JsonStreamWriter {
   void Key(std::string_view key) {
     Element();
     WriteString(key);
-    Append(": ", 2);
+    if (indent_ < 0) Append(':');
+    else Append(": ", 2);
     after_key_ = true;
   }
   void String(std::string_view s) { Element(); WriteString(s); }
@@ -123,6 +124,11 @@ class JsonStreamWriter {
       return;
     }
     if (open_.empty()) return;
+    if (indent_ < 0) {  // compact: a comma between elements, nothing else
+      if (!open_.back()) Append(',');
+      open_.back() = 0;
+      return;
+    }
     if (open_.back()) Append('\n');
     else Append(",\n", 2);
     open_.back() = 0;
@@ -136,7 +142,7 @@ class JsonStreamWriter {
   void Close(char bracket) {
     const bool empty = open_.back();
     open_.pop_back();
-    if (!empty) {
+    if (!empty && indent_ >= 0) {
       Append('\n');
       Spaces(open_.size() * static_cast<size_t>(indent_));
     }

@@ -26,7 +26,9 @@ Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std:
 
 // Serializes a graph; deterministic (same graph → byte-identical text). Every
 // constant's data is inline.
-std::string GraphToJson(const Graph& graph);
+// `indent`: spaces per level (nlohmann's dump(indent)); -1 writes it compact,
+// as graph files of more than 50,000 nodes are (Note [Compact large graphs]).
+std::string GraphToJson(const Graph& graph, int indent = 1);
 // As GraphToJson, but a node for which `brief` is true is written as its name,
 // op, target and recompute decision only (no arguments, facts or other
 // metadata): what partition_fn needs of a node it copies from the joint graph

@@ -209,6 +209,45 @@ TEST_CASE("Note [Populated tape]: the pages mapped are the ones stage 2 writes, 
   }
 }
 
+// Note [Compact large graphs]: compact text is nlohmann's dump(), and a graph
+// file is written compact above 50,000 nodes, indented up to it.
+TEST_CASE("Note [Compact large graphs]: compact JSON is nlohmann's, and large graph files are written so") {
+  SECTION("every testdata graph, compact, is nlohmann's dump() and reads back") {
+    for (const std::string& file : TestdataFiles()) {
+      INFO(file);
+      auto graph = LoadGraphFile(file);
+      REQUIRE(graph.ok());
+      const std::string compact = GraphToJson(**graph, -1);
+      CHECK(compact == GraphToJsonDocument(**graph).dump() + "\n");
+      CHECK(compact.find('\n') == compact.size() - 1);
+      auto back = GraphFromJson(compact);
+      REQUIRE(back.ok());
+      CHECK(GraphToJson(**back) == GraphToJson(**graph));
+    }
+  }
+  SECTION("graph files: indented up to 50,000 nodes, compact above") {
+    const fs::path dir = fs::temp_directory_path() / fmt::format("fxremat_compact_test_{}", ::getpid());
+    fs::create_directories(dir);
+    for (const size_t nodes : {size_t{50'000}, size_t{50'001}}) {
+      INFO(nodes);
+      auto graph = GraphFromJson(ChainJson(nodes - 2));  // a placeholder, the sins, the output
+      REQUIRE(graph.ok());
+      REQUIRE((*graph)->size() == nodes);
+      for (const char* name : {"g.json", "g.json.gz"}) {
+        const std::string path = (dir / name).string();
+        REQUIRE(WriteGraphFile(path, **graph).ok());
+        auto text = ReadFileContents(path);
+        REQUIRE(text.ok());
+        CHECK(*text == GraphToJson(**graph, nodes > 50'000 ? -1 : 1));
+        auto back = LoadGraphFile(path);
+        REQUIRE(back.ok());
+        CHECK(GraphToJson(**back) == GraphToJson(**graph));
+      }
+    }
+    fs::remove_all(dir);
+  }
+}
+
 TEST_CASE("JSON errors name the JSON path") {
   auto check = [](const std::string& doc, const std::string& where, const std::string& what) {
     auto g = GraphFromJson(doc);
