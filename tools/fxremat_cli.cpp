@@ -375,10 +375,20 @@ std::string PartitionSummary(const Partition& p, const std::string& partitioner,
   if (p.signature.savedSymInts() > 0) out += fmt::format(" and {} symints", p.signature.savedSymInts());
   if (p.signature.offloadedBytes() > 0) out += fmt::format(" ({} bytes offloaded to host)", p.signature.offloadedBytes());
   out += "\n";
-  for (const SavedValue& s : p.signature.saved) {
-    out += Describe(s);
+  // A list of a hundred thousand lines is not read, and a terminal takes
+  // seconds to print it: when the signature is written, the first
+  // kListedSavedValues are listed and the rest counted (signature.json has
+  // every one, `fxremat residuals` prints them all).
+  constexpr size_t kListedSavedValues = 100;
+  const size_t listed = out_dir.empty() ? p.signature.saved.size()
+                                        : std::min(p.signature.saved.size(), kListedSavedValues);
+  for (size_t i = 0; i < listed; ++i) {
+    out += Describe(p.signature.saved[i]);
     out += "\n";
   }
+  if (listed < p.signature.saved.size())
+    out += fmt::format("  ... and {} more saved values (every one is in {}/signature.json; fxremat residuals lists them)\n",
+                       p.signature.saved.size() - listed, out_dir);
   if (const auto& pk = p.signature.peak) {
     out += fmt::format("step peak (simulated): {} bytes above the inputs, {}", pk->bytes,
                        pk->node.empty() ? fmt::format("when the tangents arrive")
