@@ -313,7 +313,6 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
   fw_outputs.insert(fw_outputs.end(), saved_tensors.begin(), saved_tensors.end());
   fw_outputs.insert(fw_outputs.end(), saved_syms.begin(), saved_syms.end());
 
-  Partition result;
   backward_inputs(bw_inputs, bw_roles);
   auto extract_forward = [&] {
     return ExtractSubgraph(joint, fw_inputs, fw_roles, fw_outputs, Subgraph::kForward, sides, options.scratch);
@@ -323,6 +322,84 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
       return BuildSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward, probe, options.scratch);
     return ExtractSubgraph(joint, bw_inputs, bw_roles, c.backward_outputs, Subgraph::kBackward, sides,
                            options.scratch);
+  };
+  // The signature depends on the joint graph and the saved values alone, not
+  // on the extracted graphs: the forward's thread fills it once the forward
+  // is built (the backward, the larger side, is the longer of the two).
+  Partition result;
+  auto fill_signature = [&] {
+    Signature& sig = result.signature;
+    sig.partitioner = partitioner_name;
+    sig.num_fwd_outputs = joint.joint().num_fwd_outputs;
+    sig.forward_num_inputs = static_cast<int64_t>(fw_inputs.size());
+    sig.forward_num_outputs = static_cast<int64_t>(fw_outputs.size());
+    sig.backward_num_inputs = static_cast<int64_t>(bw_inputs.size());
+    sig.backward_num_outputs = static_cast<int64_t>(c.backward_outputs.size());
+    for (size_t i = 0; i < c.primals.size(); ++i) {
+      PrimalEntry e;
+      e.name = c.primals[i]->name();
+      e.forward_input_index = static_cast<int64_t>(i);
+      e.path = c.primals[i]->path();
+      e.gradient_index = static_cast<int64_t>(i);
+      e.has_gradient = c.backward_outputs[i] != nullptr;
+      e.written_back_from = c.primals[i]->meta().rare().written_back_from;
+      sig.primals.push_back(std::move(e));
+    }
+    for (size_t i = 0; i < c.forward_outputs.size(); ++i) {
+      ForwardOutputEntry e;
+      e.forward_output_index = static_cast<int64_t>(i);
+      e.name = c.forward_outputs[i] ? c.forward_outputs[i]->name() : "";
+      if (i < joint.joint().output_paths.size()) e.path = joint.joint().output_paths[i];
+      sig.forward_outputs.push_back(std::move(e));
+    }
+    const int64_t num_fwd = sig.num_fwd_outputs;
+    const int64_t num_syms = static_cast<int64_t>(saved_syms.size());
+    const int64_t num_tensors = static_cast<int64_t>(saved_tensors.size());
+    auto add_saved = [&](Node* s, SavedValue::Kind kind, int64_t fw_index, int64_t bw_index) {
+      SavedValue v;
+      v.name = s->name();
+      v.kind = kind;
+      v.names = s->meta().names;
+      // A naming op the pipeline did not fold (a direct call of a partitioner).
+      if (std::string legacy = AnnotationName(*s); !legacy.empty() &&
+          std::find(v.names.begin(), v.names.end(), legacy) == v.names.end())
+        v.names.push_back(legacy);
+      if (!v.names.empty()) v.annotation = v.names.front();
+      v.decision = std::string(DecisionName(s->meta().recompute));
+      v.no_vc_check = kind == SavedValue::Kind::kTensor && s->meta().no_vc_check;
+      v.origin_op = s->isCallFunction() ? s->target() : "";
+      v.origin_location = OriginLocation(s->meta().stack_trace);
+      v.forward_output_index = fw_index;
+      v.backward_input_index = bw_index;
+      v.facts = s->val();
+      // Note [Size of a value]: a symint is no tensor bytes (it is counted apart).
+      v.bytes = kind == SavedValue::Kind::kSymInt ? 0 : s->val().nbytes();
+      sig.saved.push_back(std::move(v));
+    };
+    // Reserved: a SavedValue is copied, not moved, when the vector grows (its
+    // ValueFacts member has no noexcept move), 111k of them at a million nodes.
+    sig.saved.reserve(sig.saved.size() + saved_tensors.size() + saved_syms.size());
+    for (int64_t k = 0; k < num_tensors; ++k)
+      add_saved(saved_tensors[static_cast<size_t>(k)], SavedValue::Kind::kTensor, num_fwd + k, num_syms + k);
+    for (int64_t k = 0; k < num_syms; ++k)
+      add_saved(saved_syms[static_cast<size_t>(k)], SavedValue::Kind::kSymInt, num_fwd + num_tensors + k, k);
+    for (size_t t = 0; t < c.tangents.size(); ++t) {
+      TangentEntry e;
+      e.name = c.tangents[t]->name();
+      e.backward_input_index = num_syms + num_tensors + static_cast<int64_t>(t);
+      e.forward_output_index = t < joint.joint().tangent_outputs.size() ? joint.joint().tangent_outputs[t] : -1;
+      sig.tangents.push_back(std::move(e));
+    }
+    for (size_t k = 0; k < opaque_inputs.size(); ++k) {
+      OpaqueInputEntry e;
+      e.name = opaque_inputs[k]->name();
+      e.forward_input_index = static_cast<int64_t>(
+          std::find(c.primals.begin(), c.primals.end(), opaque_inputs[k]) - c.primals.begin());
+      e.backward_input_index =
+          num_syms + num_tensors + static_cast<int64_t>(c.tangents.size() + c.bwd_rng.size() + k);
+      e.type = opaque_inputs[k]->val().expr;
+      sig.opaque_inputs.push_back(std::move(e));
+    }
   };
   // Note [Extracting both sides at once]: the forward and the backward are
   // built from the joint graph independently, so a large graph builds them on
@@ -342,6 +419,7 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
       forward_thread = std::thread([&] {
         try {
           forward.emplace(extract_forward());
+          if (forward->ok()) fill_signature();
         } catch (...) {
           forward_exception = std::current_exception();
         }
@@ -357,86 +435,17 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
     backward.emplace(extract_backward());
   } else {
     forward.emplace(extract_forward());
-    if (forward->ok()) backward.emplace(extract_backward());
+    if (forward->ok()) {
+      fill_signature();
+      backward.emplace(extract_backward());
+    }
   }
   if (forward_exception) std::rethrow_exception(forward_exception);
   FXREMAT_ASSIGN_OR_RETURN(result.forward, std::move(*forward));
   FXREMAT_ASSIGN_OR_RETURN(result.backward, std::move(*backward));
 
-  Signature& sig = result.signature;
-  sig.partitioner = partitioner_name;
-  sig.num_fwd_outputs = joint.joint().num_fwd_outputs;
-  sig.forward_num_inputs = static_cast<int64_t>(fw_inputs.size());
-  sig.forward_num_outputs = static_cast<int64_t>(fw_outputs.size());
-  sig.backward_num_inputs = static_cast<int64_t>(bw_inputs.size());
-  sig.backward_num_outputs = static_cast<int64_t>(c.backward_outputs.size());
-  for (size_t i = 0; i < c.primals.size(); ++i) {
-    PrimalEntry e;
-    e.name = c.primals[i]->name();
-    e.forward_input_index = static_cast<int64_t>(i);
-    e.path = c.primals[i]->path();
-    e.gradient_index = static_cast<int64_t>(i);
-    e.has_gradient = c.backward_outputs[i] != nullptr;
-    e.written_back_from = c.primals[i]->meta().rare().written_back_from;
-    sig.primals.push_back(std::move(e));
-  }
-  for (size_t i = 0; i < c.forward_outputs.size(); ++i) {
-    ForwardOutputEntry e;
-    e.forward_output_index = static_cast<int64_t>(i);
-    e.name = c.forward_outputs[i] ? c.forward_outputs[i]->name() : "";
-    if (i < joint.joint().output_paths.size()) e.path = joint.joint().output_paths[i];
-    sig.forward_outputs.push_back(std::move(e));
-  }
-  const int64_t num_fwd = sig.num_fwd_outputs;
-  const int64_t num_syms = static_cast<int64_t>(saved_syms.size());
-  const int64_t num_tensors = static_cast<int64_t>(saved_tensors.size());
-  auto add_saved = [&](Node* s, SavedValue::Kind kind, int64_t fw_index, int64_t bw_index) {
-    SavedValue v;
-    v.name = s->name();
-    v.kind = kind;
-    v.names = s->meta().names;
-    // A naming op the pipeline did not fold (a direct call of a partitioner).
-    if (std::string legacy = AnnotationName(*s); !legacy.empty() &&
-        std::find(v.names.begin(), v.names.end(), legacy) == v.names.end())
-      v.names.push_back(legacy);
-    if (!v.names.empty()) v.annotation = v.names.front();
-    v.decision = std::string(DecisionName(s->meta().recompute));
-    v.no_vc_check = kind == SavedValue::Kind::kTensor && s->meta().no_vc_check;
-    v.origin_op = s->isCallFunction() ? s->target() : "";
-    v.origin_location = OriginLocation(s->meta().stack_trace);
-    v.forward_output_index = fw_index;
-    v.backward_input_index = bw_index;
-    v.facts = s->val();
-    // Note [Size of a value]: a symint is no tensor bytes (it is counted apart).
-    v.bytes = kind == SavedValue::Kind::kSymInt ? 0 : s->val().nbytes();
-    sig.saved.push_back(std::move(v));
-  };
-  // Reserved: a SavedValue is copied, not moved, when the vector grows (its
-  // ValueFacts member has no noexcept move), 111k of them at a million nodes.
-  sig.saved.reserve(sig.saved.size() + saved_tensors.size() + saved_syms.size());
-  for (int64_t k = 0; k < num_tensors; ++k)
-    add_saved(saved_tensors[static_cast<size_t>(k)], SavedValue::Kind::kTensor, num_fwd + k, num_syms + k);
-  for (int64_t k = 0; k < num_syms; ++k)
-    add_saved(saved_syms[static_cast<size_t>(k)], SavedValue::Kind::kSymInt, num_fwd + num_tensors + k, k);
-  for (size_t t = 0; t < c.tangents.size(); ++t) {
-    TangentEntry e;
-    e.name = c.tangents[t]->name();
-    e.backward_input_index = num_syms + num_tensors + static_cast<int64_t>(t);
-    e.forward_output_index = t < joint.joint().tangent_outputs.size() ? joint.joint().tangent_outputs[t] : -1;
-    sig.tangents.push_back(std::move(e));
-  }
-  for (size_t k = 0; k < opaque_inputs.size(); ++k) {
-    OpaqueInputEntry e;
-    e.name = opaque_inputs[k]->name();
-    e.forward_input_index = static_cast<int64_t>(
-        std::find(c.primals.begin(), c.primals.end(), opaque_inputs[k]) - c.primals.begin());
-    e.backward_input_index =
-        num_syms + num_tensors + static_cast<int64_t>(c.tangents.size() + c.bwd_rng.size() + k);
-    e.type = opaque_inputs[k]->val().expr;
-    sig.opaque_inputs.push_back(std::move(e));
-  }
   if (options.scratch) return result;
-  Status check = CheckSignature(*result.forward, *result.backward, sig);
+  Status check = CheckSignature(*result.forward, *result.backward, result.signature);
   if (!check.ok()) return Status::Internal("emitted graphs violate their signature: " + check.ToString());
   return result;
 }
