@@ -2265,12 +2265,16 @@ void MapTapeAhead(const uint8_t* text, size_t length, const uint32_t* index, siz
   std::byte* const strings = reinterpret_cast<std::byte*>(document.string_buf.get());
   constexpr size_t kStretch = size_t{1} << 16;
   constexpr size_t kMinMap = size_t{1} << 20;
+  // Never past the buffers simdjson allocated for `length` bytes (at least
+  // length + 3 tape words, 5/3 of length string bytes): a text stage 1 takes
+  // and stage 2 refuses (two strings with nothing between) can count more.
+  const TapeSizes capacity{(length + 3) * sizeof(uint64_t), 5 * length / 3};
   TapeSizes needed{2 * sizeof(uint64_t), 0}, mapped;  // the root's two words first
   for (size_t begin = 0; begin < count; begin += kStretch) {
     const size_t end = std::min(count, begin + kStretch);
     const TapeSizes stretch = CountTape(text, length, index, begin, end, count);
-    needed.tape_bytes += stretch.tape_bytes;
-    needed.string_bytes += stretch.string_bytes;
+    needed.tape_bytes = std::min(capacity.tape_bytes, needed.tape_bytes + stretch.tape_bytes);
+    needed.string_bytes = std::min(capacity.string_bytes, needed.string_bytes + stretch.string_bytes);
     const bool last = end == count;
     if (needed.tape_bytes >= mapped.tape_bytes + kMinMap || (last && needed.tape_bytes > mapped.tape_bytes)) {
       PopulatePages(tape + mapped.tape_bytes, needed.tape_bytes - mapped.tape_bytes);
