@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fxremat/ir.h"
+#include "src/facts_check.h"
 
 using namespace fxremat;
 
@@ -204,4 +205,13 @@ TEST_CASE("reserve allocates the node arena ahead; unusedNodeMemory is the part 
   for (int i = 0; i < 25; ++i) last = g.createNode(OpKind::kPlaceholder, fmt::format("q{}", i), fmt::format("q{}", i));
   CHECK(last == reinterpret_cast<const Node*>(more[0].first));  // the 25th starts the first new chunk
   CHECK(g.unusedNodeMemory().size() == 1);
+}
+
+// Names and targets are ASCII identifiers, whatever the process's C locale.
+TEST_CASE("IsPythonIdentifier and IsDottedName take ASCII identifiers only") {
+  for (const char* ok : {"a", "_x", "A9", "primals_1", "__getitem__"}) CHECK(IsPythonIdentifier(ok));
+  for (const char* bad : {"", "1a", "a-b", "a.b", "a b", "\xc3\xa9", "x\xff"}) CHECK_FALSE(IsPythonIdentifier(bad));
+  CHECK(IsDottedName("aten.sin.default"));
+  CHECK(IsDottedName("getattr_1"));
+  for (const char* bad : {"", ".x", "x.", "aten..sin", "aten.1sin", "aten.s-in"}) CHECK_FALSE(IsDottedName(bad));
 }
