@@ -310,8 +310,12 @@ class _Encoder:
         """The hint of a compound symbolic expression, from the symbols table (which
         holds the unbacked symbols' stand-in hints too)."""
         shape_env = d.node.shape_env
+        # torch 2.13 deprecates size_hint (a FutureWarning per call) for
+        # guarding_hint_or_throw, which older versions lack; both read the hint
+        # without adding a guard, and raise on an unbacked symbol.
+        hint_of = getattr(shape_env, "guarding_hint_or_throw", None) or shape_env.size_hint
         try:
-            return int(shape_env.size_hint(d.node.expr))
+            return int(hint_of(d.node.expr))
         except Exception:  # an unbacked symbol in it: substitute the table's hints
             import sympy
 
