@@ -152,17 +152,22 @@ TEST_CASE("cse with the merges found on the original equals cse searching the co
   CHECK(merged >= 1);
 }
 
+// The text form's header of a joint graph of one primal and one tangent, each
+// f32[4]; the body follows.
+static std::string OneInputJointHeader() {
+  return "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
+         "# input primals_1 role=primal tag=is_forward\n"
+         "# input tangents_1 role=tangent tag=is_backward\n"
+         "def forward(self, primals_1: \"f32[4][1]cpu rg\", tangents_1: \"f32[4][1]cpu\"):\n";
+}
+
 // PrepareForCut (src/pipeline.cpp) searches a large graph for common
 // subexpressions on a second thread while it makes its other checks: the
 // merges are the ones the cse pass makes, here every b_i = sin(...) into a_i.
 TEST_CASE("the min cut's preparation merges duplicates of a graph large enough for its search thread") {
   constexpr int kBlocks = 7000;  // 3 nodes each: over ExtractOptions::parallel_from_nodes
   REQUIRE(3 * kBlocks >= static_cast<int>(ExtractOptions{}.parallel_from_nodes));
-  std::string text =
-      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
-      "# input primals_1 role=primal tag=is_forward\n"
-      "# input tangents_1 role=tangent tag=is_backward\n"
-      "def forward(self, primals_1: \"f32[4][1]cpu rg\", tangents_1: \"f32[4][1]cpu\"):\n";
+  std::string text = OneInputJointHeader();
   std::string prev = "primals_1";
   for (int i = 0; i < kBlocks; ++i) {
     text += fmt::format("    a{0}: \"f32[4][1]cpu rg\" = torch.ops.aten.sin.default({1})  # tag=is_forward\n"
@@ -198,13 +203,9 @@ TEST_CASE("the min cut's preparation merges duplicates of a graph large enough f
 // runs, once, before the cut; the partition is the one the cut makes when it
 // classifies the graph itself.
 TEST_CASE("a large joint graph classified while its CSE search runs gives the same partition") {
-  constexpr int kBlocks = 7000;  // 3 nodes each, no two alike
+  constexpr int kBlocks = 7000;  // 3 nodes each (two forward, one backward), no two alike
   REQUIRE(3 * kBlocks >= static_cast<int>(ExtractOptions{}.parallel_from_nodes));
-  std::string text =
-      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
-      "# input primals_1 role=primal tag=is_forward\n"
-      "# input tangents_1 role=tangent tag=is_backward\n"
-      "def forward(self, primals_1: \"f32[4][1]cpu rg\", tangents_1: \"f32[4][1]cpu\"):\n";
+  std::string text = OneInputJointHeader();
   std::string prev = "primals_1", grad = "tangents_1";
   for (int i = 0; i < kBlocks; ++i) {
     text += fmt::format("    a{0}: \"f32[4][1]cpu rg\" = torch.ops.aten.sin.default({1})  # tag=is_forward\n"
