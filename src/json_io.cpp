@@ -1414,16 +1414,20 @@ Status GraphReader<V>::ReadNodes(const V& nodes_field, size_t count) {
 // the one reported: the messages of a bad document do not depend on how it
 // was read (tests: serialize_test's two-thread cases, CTest
 // cli_bad_inputs_two_threads). Subgraph documents are small and read by one.
-inline size_t NodesForTwoThreads() {
-  // FXREMAT_READ_TWO_THREADS_FROM=N reads documents of N nodes or more on two
-  // threads (tests use 1, so that small documents take the path too).
-  if (const char* v = std::getenv("FXREMAT_READ_TWO_THREADS_FROM")) {
+// A count a test may set in the environment variable `name`; `fallback` when
+// it is unset or not a number.
+inline size_t SizeFromEnv(const char* name, size_t fallback) {
+  if (const char* v = std::getenv(name)) {
     char* end = nullptr;
     const unsigned long long n = std::strtoull(v, &end, 10);
     if (end != v && *end == '\0') return static_cast<size_t>(n);
   }
-  return 50'000;
+  return fallback;
 }
+
+// FXREMAT_READ_TWO_THREADS_FROM=N reads documents of N nodes or more on two
+// threads (tests use 1, so that small documents take the path too).
+inline size_t NodesForTwoThreads() { return SizeFromEnv("FXREMAT_READ_TWO_THREADS_FROM", 50'000); }
 
 template <typename V>
 Status GraphReader<V>::IndexNames(const V& nodes_field, size_t begin, size_t end, NameIndex& index,
@@ -2224,15 +2228,11 @@ Expected<std::unique_ptr<Graph>> ReadWithNlohmann(std::string_view text, const s
 // structural make longer -- so the peak memory does not grow. The result and
 // every error are parse_into_document's: the same two stages, called one at a
 // time (test: serialize_test's "Note [Populated tape]").
-inline size_t MapTapeFrom() {
-  // FXREMAT_MAP_TAPE_FROM=N: documents of N bytes or more (tests use 1).
-  if (const char* v = std::getenv("FXREMAT_MAP_TAPE_FROM")) {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(v, &end, 10);
-    if (end != v && *end == '\0') return static_cast<size_t>(n);
-  }
-  return size_t{16} << 20;
-}
+// FXREMAT_MAP_TAPE_FROM=N: documents of N bytes or more (tests use 1).
+inline size_t MapTapeFrom() { return SizeFromEnv("FXREMAT_MAP_TAPE_FROM", kMapOnAnotherThreadFrom); }
+
+// The root's two tape words, before and after the document's values.
+constexpr size_t kRootTapeBytes = 2 * sizeof(uint64_t);
 
 // The tape and string bytes stage 2 writes for the structurals
 // index[begin, end) of `text`: one tape word per brace, bracket, string, true,
@@ -2269,21 +2269,20 @@ void MapTapeAhead(const uint8_t* text, size_t length, const uint32_t* index, siz
   // length + 3 tape words, 5/3 of length string bytes): a text stage 1 takes
   // and stage 2 refuses (two strings with nothing between) can count more.
   const TapeSizes capacity{(length + 3) * sizeof(uint64_t), 5 * length / 3};
-  TapeSizes needed{2 * sizeof(uint64_t), 0}, mapped;  // the root's two words first
+  TapeSizes needed{kRootTapeBytes, 0}, mapped;
+  // Maps [mapped, needed) of a buffer once it is a megabyte, or at the end.
+  auto map_up_to = [](std::byte* buffer, size_t needed_bytes, size_t& mapped_bytes, bool last) {
+    if (needed_bytes < mapped_bytes + kMinMap && !(last && needed_bytes > mapped_bytes)) return;
+    PopulatePages(buffer + mapped_bytes, needed_bytes - mapped_bytes);
+    mapped_bytes = needed_bytes;
+  };
   for (size_t begin = 0; begin < count; begin += kStretch) {
     const size_t end = std::min(count, begin + kStretch);
     const TapeSizes stretch = CountTape(text, length, index, begin, end, count);
     needed.tape_bytes = std::min(capacity.tape_bytes, needed.tape_bytes + stretch.tape_bytes);
     needed.string_bytes = std::min(capacity.string_bytes, needed.string_bytes + stretch.string_bytes);
-    const bool last = end == count;
-    if (needed.tape_bytes >= mapped.tape_bytes + kMinMap || (last && needed.tape_bytes > mapped.tape_bytes)) {
-      PopulatePages(tape + mapped.tape_bytes, needed.tape_bytes - mapped.tape_bytes);
-      mapped.tape_bytes = needed.tape_bytes;
-    }
-    if (needed.string_bytes >= mapped.string_bytes + kMinMap || (last && needed.string_bytes > mapped.string_bytes)) {
-      PopulatePages(strings + mapped.string_bytes, needed.string_bytes - mapped.string_bytes);
-      mapped.string_bytes = needed.string_bytes;
-    }
+    map_up_to(tape, needed.tape_bytes, mapped.tape_bytes, end == count);
+    map_up_to(strings, needed.string_bytes, mapped.string_bytes, end == count);
   }
 }
 
@@ -2352,7 +2351,7 @@ std::optional<std::pair<TapeSizes, TapeSizes>> MeasureTapeForTesting(std::string
   TapeSizes counted =
       CountTape(bytes, json.size(), stages.structural_indexes.get(), 0, stages.n_structural_indexes,
                 stages.n_structural_indexes);
-  counted.tape_bytes += 2 * sizeof(uint64_t);
+  counted.tape_bytes += kRootTapeBytes;
   if (stages.stage2(document)) return std::nullopt;
   // The tape's first word (the root) holds the tape's length; a string's
   // word holds its offset in the string buffer, where its length comes first;
@@ -2408,10 +2407,10 @@ constexpr size_t kCompactGraphNodes = 50'000;
 
 Status WriteGraphFile(const std::string& path, const Graph& graph) {
   const std::string sidecar_name = SidecarNameFor(path);
+  const int indent = graph.size() > kCompactGraphNodes ? -1 : 1;
   if (UseNlohmannIo()) {  // the document built first, then written (bench/io_bench.py's "old")
     std::map<std::string, SafetensorsEntry> sidecar;
-    const std::string json =
-        GraphToJsonDocument(graph, sidecar_name, &sidecar).dump(graph.size() > kCompactGraphNodes ? -1 : 1) + "\n";
+    const std::string json = GraphToJsonDocument(graph, sidecar_name, &sidecar).dump(indent) + "\n";
     if (!sidecar.empty()) {
       const std::string sidecar_path = (std::filesystem::path(path).parent_path() / sidecar_name).string();
       FXREMAT_RETURN_IF_ERROR(WriteFileAtomically(sidecar_path, WriteSafetensors(sidecar)));
@@ -2426,7 +2425,7 @@ Status WriteGraphFile(const std::string& path, const Graph& graph) {
       path,
       [&](const FileSink& sink) {
         ScopedPhase phase("write-graph");
-        JsonStreamWriter writer(sink, graph.size() > kCompactGraphNodes ? -1 : 1);
+        JsonStreamWriter writer(sink, indent);
         return WriteGraphJson(writer, graph, sidecar_name, &sidecar);
       },
       [&]() -> Status {

@@ -95,8 +95,10 @@ Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutO
   bool has_demands = options.policy.has_value();
   for (const auto& up : joint.nodes())
     has_demands = has_demands || up->meta().recompute != Decision::kNone || up->meta().offload_requested;
+  // Nothing for the stages to change but what the search may find.
+  const bool only_cse_may_change = !has_recomputable && !has_dead && !has_forced && !has_demands && !has_mutations;
   if (searching) {
-    if (classified_joint && !has_recomputable && !has_dead && !has_forced && !has_demands && !has_mutations)
+    if (classified_joint && only_cse_may_change)
       if (Expected<JointClassification> c = ClassifyJoint(joint); c.ok()) *classified_joint = std::move(*c);
     search.join();
     if (log) log->Merge(search_log);
@@ -105,8 +107,7 @@ Expected<std::unique_ptr<Graph>> PrepareForCut(const Graph& joint, const MinCutO
   }
   if (has_dead) duplicates.clear();
   const bool has_duplicates = options.cse && (has_dead || !duplicates.empty());
-  if (!has_recomputable && !has_dead && !has_duplicates && !has_forced && !has_demands && !has_mutations)
-    return std::unique_ptr<Graph>();
+  if (only_cse_may_change && !has_duplicates) return std::unique_ptr<Graph>();
   // Note [Min-cut preparation]: the reference's steps before its cut, in its
   // order, each a registered pass (fxremat/pass.h), run when it has work.
   const std::pair<std::string_view, bool> stages[] = {

@@ -36,11 +36,14 @@ inline void PopulatePages(void* begin, size_t size) {
 #endif
 }
 
+// Below this many bytes, memory is not worth another thread's mapping:
+// starting a thread costs more than mapping it, and small graphs are read often.
+inline constexpr size_t kMapOnAnotherThreadFrom = size_t{16} << 20;
+
 // The same, the second half on another thread (this one's alone if none
-// starts). A range under 16 MiB is mapped by this thread alone: starting a
-// thread costs more than mapping it, and small graphs are read often.
+// starts, or for a range under kMapOnAnotherThreadFrom).
 inline void PopulatePagesOnTwoThreads(void* begin, size_t size) {
-  if (size < (size_t{16} << 20)) {
+  if (size < kMapOnAnotherThreadFrom) {
     PopulatePages(begin, size);
     return;
   }
