@@ -4,10 +4,12 @@
 // [Streaming writer]); nlohmann::json reads the Python binding's documents and
 // names malformed JSON. nlohmann::json throws; all of its exceptions are caught
 // in this file and become Status errors.
+#include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -2614,6 +2616,40 @@ std::optional<std::string> InflateWhole(const std::string& path, size_t file_siz
 }
 #endif
 
+// A file that is not gzip, read straight into a string with SIMDJSON_PADDING
+// spare bytes: its pages mapped first (Note [Populated pages]), then its two
+// halves copied out of the page cache by two threads at once. gzread reads
+// such files too, but through its own buffer into a string it grows by
+// doubling, faulting page by page: on a 291 MB graph 510 ms against about 90
+// here. nullopt when the file does not read as exactly `file_size` bytes (it
+// changed meanwhile, or cannot be read): the caller reads it again with
+// gzread, which sizes by what it gets and names the fault.
+std::optional<std::string> ReadPlainWhole(const std::string& path, size_t file_size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct CloseAtReturn {
+    int fd;
+    ~CloseAtReturn() { ::close(fd); }
+  } close_at_return{fd};
+  std::string out;
+  out.reserve(file_size + simdjson::SIMDJSON_PADDING + 1);
+  PopulatePagesOnTwoThreads(out.data(), file_size);
+  out.resize(file_size);
+  auto read_range = [&](size_t from, size_t to) {
+    while (from < to) {
+      const ssize_t got = ::pread(fd, out.data() + from, to - from, static_cast<off_t>(from));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      from += static_cast<size_t>(got);
+    }
+    return true;
+  };
+  char past_the_end;
+  if (!SplitOverTwoThreads(file_size, read_range) || ::pread(fd, &past_the_end, 1, static_cast<off_t>(file_size)) != 0)
+    return std::nullopt;
+  return out;
+}
+
 Expected<std::string> ReadFileContents(const std::string& path) {
   ScopedPhase phase("read-file");
   std::error_code ec;
@@ -2625,10 +2661,13 @@ Expected<std::string> ReadFileContents(const std::string& path) {
   const uintmax_t file_size = std::filesystem::file_size(path, ec);
   size_t expected = ec ? 0 : static_cast<size_t>(file_size);
   [[maybe_unused]] std::optional<size_t> gzip_isize;  // the gzip trailer's length, for a gzip file
+  bool gzip_magic = false;
   if (std::FILE* raw = std::fopen(path.c_str(), "rb")) {
     unsigned char head[4] = {0, 0, 0, 0}, tail[4] = {0, 0, 0, 0};
-    if (!ec && std::fread(head, 1, 4, raw) == 4 && head[0] == 0x1f && head[1] == 0x8b && file_size >= 18 &&
-        std::fseek(raw, -4, SEEK_END) == 0 && std::fread(tail, 1, 4, raw) == 4) {
+    const size_t head_size = std::fread(head, 1, 4, raw);
+    gzip_magic = head_size >= 2 && head[0] == 0x1f && head[1] == 0x8b;
+    if (!ec && head_size == 4 && gzip_magic && file_size >= 18 && std::fseek(raw, -4, SEEK_END) == 0 &&
+        std::fread(tail, 1, 4, raw) == 4) {
       // ISIZE: the uncompressed length mod 2^32 of the last member; only a hint.
       const size_t isize = tail[0] | (tail[1] << 8) | (tail[2] << 16) | (static_cast<size_t>(tail[3]) << 24);
       expected = std::max(expected, isize);
@@ -2638,6 +2677,10 @@ Expected<std::string> ReadFileContents(const std::string& path) {
       if (!(head[3] & kHeaderCrcFlag)) gzip_isize = isize;
     }
     std::fclose(raw);
+  }
+  if (!ec && !gzip_magic) {
+    if (std::optional<std::string> contents = ReadPlainWhole(path, static_cast<size_t>(file_size)))
+      return std::move(*contents);
   }
 #ifdef FXREMAT_HAVE_LIBDEFLATE
   if (gzip_isize) {

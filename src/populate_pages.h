@@ -40,24 +40,32 @@ inline void PopulatePages(void* begin, size_t size) {
 // starting a thread costs more than mapping it, and small graphs are read often.
 inline constexpr size_t kMapOnAnotherThreadFrom = size_t{16} << 20;
 
-// The same, the second half on another thread (this one's alone if none
-// starts, or for a range under kMapOnAnotherThreadFrom).
-inline void PopulatePagesOnTwoThreads(void* begin, size_t size) {
-  if (size < kMapOnAnotherThreadFrom) {
-    PopulatePages(begin, size);
-    return;
-  }
-  std::byte* const bytes = static_cast<std::byte*>(begin);
+// Runs fn(begin, end) over [0, size) in two halves, the second on another
+// thread (this one's alone if none starts, or for a size under
+// kMapOnAnotherThreadFrom); whether both halves returned true.
+template <typename Fn>
+bool SplitOverTwoThreads(size_t size, Fn&& fn) {
+  if (size < kMapOnAnotherThreadFrom) return fn(size_t{0}, size);
   const size_t half = size / 2;
+  bool second_ok = false;
   std::thread other;
   try {
-    other = std::thread([=] { PopulatePages(bytes + half, size - half); });
+    other = std::thread([&] { second_ok = fn(half, size); });
   } catch (const std::system_error&) {
-    PopulatePages(bytes, size);
-    return;
+    return fn(size_t{0}, size);
   }
-  PopulatePages(bytes, half);
+  const bool first_ok = fn(size_t{0}, half);
   other.join();
+  return first_ok && second_ok;
+}
+
+// PopulatePages, the second half on another thread (as SplitOverTwoThreads).
+inline void PopulatePagesOnTwoThreads(void* begin, size_t size) {
+  std::byte* const bytes = static_cast<std::byte*>(begin);
+  SplitOverTwoThreads(size, [bytes](size_t from, size_t to) {
+    PopulatePages(bytes + from, to - from);
+    return true;
+  });
 }
 
 }  // namespace fxremat

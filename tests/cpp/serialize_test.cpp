@@ -592,3 +592,50 @@ TEST_CASE("gzip files: several members, trailing bytes and truncation read as zl
   CHECK_FALSE(crc.ok());
   fs::remove_all(dir);
 }
+
+// A file that is not gzip is read in one piece (ReadPlainWhole in
+// src/json_io.cpp: pages mapped first, the halves read on two threads from
+// 16 MiB): the bytes are the file's, with simdjson's padding spare, at every
+// size around the thread threshold and at the small sizes; a file whose first
+// byte only looks like gzip's is plain too.
+TEST_CASE("plain files are read whole and byte for byte with the JSON padding spare") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("fxremat_plain_read_test_{}", ::getpid());
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    const std::string path = (dir / name).string();
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+    std::fclose(f);
+    return path;
+  };
+  constexpr size_t kTwoThreads = size_t{16} << 20;  // kMapOnAnotherThreadFrom
+  for (size_t size : {size_t{1}, size_t{3}, size_t{4095}, size_t{4097}, kTwoThreads - 1, kTwoThreads,
+                      kTwoThreads + 4097}) {
+    INFO(size);
+    std::string bytes(size, '\0');
+    for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>('a' + (i * 7919 + i / 4096) % 26);
+    if (size >= 2) bytes[0] = '\x1f';  // gzip's first byte, not its second
+    const std::string path = write(fmt::format("plain_{}.bin", size), bytes);
+    auto read = ReadFileContents(path);
+    REQUIRE(read.ok());
+    CHECK(read->size() == size);
+    CHECK(*read == bytes);
+    CHECK(read->capacity() >= size + 64);  // simdjson::SIMDJSON_PADDING
+  }
+  // A graph read from its plain file equals the same graph read from its gzip file.
+  const std::string gz = std::string(FXREMAT_SOURCE_DIR) + "/testdata/carry_x.json.gz";
+  auto text = ReadFileContents(gz);
+  REQUIRE(text.ok());
+  const std::string plain = write("carry_x.json", *text);
+  auto from_plain = LoadGraphFile(plain);
+  auto from_gz = LoadGraphFile(gz);
+  REQUIRE(from_plain.ok());
+  REQUIRE(from_gz.ok());
+  CHECK(GraphToJson(**from_plain) == GraphToJson(**from_gz));
+  // An empty file is still refused by name.
+  auto empty = LoadGraphFile(write("empty.json", ""));
+  REQUIRE_FALSE(empty.ok());
+  CHECK_THAT(empty.status().ToString(), Catch::Contains("empty file"));
+  fs::remove_all(dir);
+}
