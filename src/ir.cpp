@@ -281,7 +281,23 @@ void Graph::reserve(size_t n) {
   // then the unused chunks.
   const size_t more = n > nodes_.size() ? n - nodes_.size() : 0;
   size_t room = kNodesPerChunk - nodes_in_current_chunk_ + (node_chunks_.size() - next_chunk_) * kNodesPerChunk;
-  for (; room < more; room += kNodesPerChunk) node_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);
+  for (; room < more; room += kNodesPerChunk) {
+    owned_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);
+    node_chunks_.push_back(owned_chunks_.back().get());
+  }
+}
+
+void Graph::adoptNodeMemory(std::string&& memory, size_t nodes) {
+  constexpr size_t kChunkBytes = kNodesPerChunk * sizeof(Node);
+  static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);  // the string's buffer is operator new's
+  const size_t wanted = (nodes + kNodesPerChunk - 1) / kNodesPerChunk;
+  const size_t chunks = std::min(memory.capacity() / kChunkBytes, wanted);
+  if (chunks == 0) return;  // too small to hold a chunk: freed by the caller as before
+  std::byte* const base = reinterpret_cast<std::byte*>(memory.data());
+  for (size_t c = 0; c < chunks; ++c) node_chunks_.push_back(base + c * kChunkBytes);
+  const size_t used = chunks * kChunkBytes;
+  if (memory.capacity() > used) ReleasePages(base + used, memory.capacity() - used);
+  adopted_memory_.push_back(std::move(memory));
 }
 
 Node* Graph::outputNode() const {
@@ -316,9 +332,10 @@ Node* Graph::allocateNode() {
     if (next_chunk_ == node_chunks_.size()) {
       // operator new[] of std::byte is aligned for any fundamental type, so for Node.
       static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
-      node_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
+      owned_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
+      node_chunks_.push_back(owned_chunks_.back().get());
     }
-    current_chunk_ = node_chunks_[next_chunk_++].get();
+    current_chunk_ = node_chunks_[next_chunk_++];
     // Note [Populated pages]: ~140,000 pages at a million nodes. synth_1m CLI,
     // three interleaved runs each: 5.72/5.42/5.47 s -> 5.14/5.32/5.38 s. A
     // chunk another thread mapped already costs a walk of its page tables.
@@ -331,7 +348,7 @@ Node* Graph::allocateNode() {
 std::vector<std::pair<std::byte*, size_t>> Graph::unusedNodeMemory() const {
   std::vector<std::pair<std::byte*, size_t>> ranges;
   for (size_t c = next_chunk_; c < node_chunks_.size(); ++c)
-    ranges.emplace_back(node_chunks_[c].get(), kNodesPerChunk * sizeof(Node));
+    ranges.emplace_back(node_chunks_[c], kNodesPerChunk * sizeof(Node));
   return ranges;
 }
 

@@ -315,7 +315,10 @@ class SimdValue {
 
 // The fields of one simdjson object gathered once (key views and elements side
 // by side), for readers that look up many of them: a lookup is a scan of a
-// few string_views instead of a walk of the tape.
+// few string_views instead of a walk of the tape. Most lookups are of keys the
+// object lacks (a node's meta has two or three of the fifteen keys read), so
+// a 64-bit mask of the keys' (length, first character) answers them without a
+// scan.
 class SimdFields {
  public:
   explicit SimdFields(const SimdValue& object) {
@@ -323,10 +326,12 @@ class SimdFields {
       if (size_ < kInline) inline_[size_] = {key, value};
       else overflow_.emplace_back(key, value);
       ++size_;
+      present_ |= KeyBit(key);
     });
   }
   // The last field named `key` (nlohmann keeps the last of duplicate keys).
   std::optional<SimdValue> find(std::string_view key) const {
+    if (!(present_ & KeyBit(key))) return std::nullopt;
     for (size_t i = overflow_.size(); i-- > 0;)
       if (SameKey(overflow_[i].first, key)) return overflow_[i].second;
     for (size_t i = std::min(size_, kInline); i-- > 0;)
@@ -344,10 +349,16 @@ class SimdFields {
     return true;
   }
 
+  static uint64_t KeyBit(std::string_view key) {
+    const unsigned first = key.empty() ? 0u : static_cast<unsigned char>(key[0]);
+    return uint64_t{1} << ((key.size() * 7 + first) & 63);
+  }
+
   static constexpr size_t kInline = 16;
   std::array<std::pair<std::string_view, SimdValue>, kInline> inline_{};
   std::vector<std::pair<std::string_view, SimdValue>> overflow_;
   size_t size_ = 0;
+  uint64_t present_ = 0;  // KeyBit of every key
 };
 
 SimdFields SimdValue::fields() const { return SimdFields(*this); }
@@ -465,6 +476,9 @@ class GraphReader {
   GraphReader(std::string sidecar_dir, std::string prefix, int nesting)
       : sidecar_dir_(std::move(sidecar_dir)), prefix_(std::move(prefix)), nesting_(nesting) {}
   Expected<std::unique_ptr<Graph>> Read(const V& doc);
+  // The text `doc` was parsed from, no longer read: Read gives its buffer to
+  // the graph for its nodes (Note [Recycled text pages]).
+  void RecycleText(std::string&& text) { recycled_text_ = std::move(text); }
 
  private:
   Status Fail(const std::string& path, const std::string& message) { return Status::BadInput(message, prefix_ + path); }
@@ -512,8 +526,11 @@ class GraphReader {
     // copy (SharedText). Keys view the stored texts.
     std::unordered_map<std::string_view, SharedText> texts;
     // On two threads, the index of the later part's names (index_of_ holds
-    // the first part's).
+    // the first part's), for the nodes from `later_from` on: an earlier node
+    // never needs it (its references are to nodes before it), and the first
+    // thread parses such nodes while the second still builds it.
     const NameIndex* later_names = nullptr;
+    size_t later_from = 0;
     RecentNames recent;  // of the nodes this thread parsed
   };
   Status ReadNodes(const V& nodes_field, size_t count);
@@ -551,6 +568,7 @@ class GraphReader {
   ParseState state_;                      // the reading thread's
   std::vector<std::string_view> names_;  // by index
   std::vector<Node*> created_;
+  std::string recycled_text_;  // RecycleText's
   const JsonPath root_;
   static SharedText InternedText(ParseState& state, std::string_view text) {
     if (text.empty()) return SharedText();
@@ -958,7 +976,8 @@ Expected<Argument> GraphReader<V>::ReadArgument(const V& j, const JsonPath& path
         const std::string_view ref = value.str();
         const uint64_t hash = NameIndex::Hash(ref);
         size_t target = state.recent.Find(ref, hash);
-        if (target == NameIndex::kEmpty && state.later_names) target = state.later_names->Find(ref, hash);
+        if (target == NameIndex::kEmpty && state.later_names && node_index >= state.later_from)
+          target = state.later_names->Find(ref, hash);
         if (target == NameIndex::kEmpty) target = index_of_.Find(ref, hash);
         if (target >= node_index)
           return Fail(path, fmt::format("node '{}' references '{}', which is not defined before it", node_name,
@@ -1046,7 +1065,7 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, ParseState& st
     FXREMAT_ASSIGN_OR_RETURN(node.val, ReadValueFacts(*val, JsonPath(path, "val"), state));
   }
   NodeMeta& meta = node.meta;
-  auto read_string = [&](const char* key, std::string& out) -> Status {
+  auto read_string = [&](std::string_view key, std::string& out) -> Status {
     auto field = f.find(key);
     if (IsNullOrAbsent(field)) return Status::Ok();
     if (field->kind() != JKind::kString) return Fail(JsonPath(path, key), "expected a string");
@@ -1096,7 +1115,7 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, ParseState& st
       return Status::Ok();
     }));
   }
-  auto read_flag = [&](const char* key, bool& out) -> Status {
+  auto read_flag = [&](std::string_view key, bool& out) -> Status {
     auto field = f.find(key);
     if (IsNullOrAbsent(field)) return Status::Ok();
     if (field->kind() != JKind::kBool) return Fail(JsonPath(path, key), "expected a boolean");
@@ -1107,8 +1126,9 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, ParseState& st
   FXREMAT_RETURN_IF_ERROR(read_flag("mutated", meta.mutated));
   FXREMAT_RETURN_IF_ERROR(read_flag("saved_tensor_with_no_vc_check", meta.no_vc_check));
   FXREMAT_RETURN_IF_ERROR(read_flag("has_backward_hook", meta.has_backward_hook));
-  for (const auto& [key, field] : {std::pair{"memory_budget", &RareNodeMeta::memory_budget},
-                                   std::pair{"region_memory_budget", &RareNodeMeta::region_memory_budget}}) {
+  for (const auto& [key, field] : {std::pair{std::string_view("memory_budget"), &RareNodeMeta::memory_budget},
+                                   std::pair{std::string_view("region_memory_budget"),
+                                             &RareNodeMeta::region_memory_budget}}) {
     auto value = f.find(key);
     if (IsNullOrAbsent(value)) continue;
     const JKind k = value->kind();
@@ -1392,8 +1412,10 @@ Status GraphReader<V>::ReadNodes(const V& nodes_field, size_t count) {
 // a load (1.9 s of 2.7), all on one thread while the machine's other cores
 // idled. A large document's node list is now read by two threads:
 //  1. Names. The first thread indexes the names of the first 40% of the nodes
-//     (names_, index_of_), the second the rest (its own NameIndex); once both
-//     are done, the first checks that no name is in both.
+//     (names_, index_of_), the second the rest (its own NameIndex). The first
+//     goes on to parse and create nodes of its part, which need only its
+//     index; before its first node of the second part, it waits for the
+//     second index and checks that no name is in both.
 //  2. Parsing. The list is cut into blocks of 4096 nodes, which either thread
 //     takes in order (an atomic counter) and parses into PendingNodes. A
 //     reference resolves to an index -- among the thread's recently parsed
@@ -1495,9 +1517,11 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
     block_state[b].store(kParsed, std::memory_order_release);
     block_state[b].notify_all();
   };
-  auto wait_for_both_indexes = [&] {
+  auto mark_indexed = [&] {
     parts_indexed.fetch_add(1, std::memory_order_acq_rel);
     parts_indexed.notify_all();
+  };
+  auto wait_for_both_indexes = [&] {
     for (int n = parts_indexed.load(std::memory_order_acquire); n < 2; n = parts_indexed.load(std::memory_order_acquire))
       parts_indexed.wait(n, std::memory_order_acquire);
   };
@@ -1509,11 +1533,13 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
   auto second_thread = [&] {
     ParseState state;
     state.later_names = &later_names;
+    state.later_from = split;
     try {
       if (Status st = IndexNames(nodes_field, split, count, later_names, nodes); !st.ok()) {
         statuses[1] = std::move(st);
         failed.store(true, std::memory_order_relaxed);
       }
+      mark_indexed();
       wait_for_both_indexes();
       while (!failed.load(std::memory_order_relaxed) && !stop.load(std::memory_order_relaxed)) {
         const size_t b = next_to_parse.fetch_add(1, std::memory_order_relaxed);
@@ -1564,24 +1590,43 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
     statuses[0] = std::move(st);
     failed.store(true, std::memory_order_relaxed);
   }
-  wait_for_both_indexes();
+  mark_indexed();
   if (failed.load(std::memory_order_relaxed)) return failure();
-  // A name in both parts (each index refused repeats within its part).
-  for (size_t k = 0; k < split; ++k)
-    if (later_names.Find(names_[k]) != NameIndex::kEmpty) {
-      statuses[0] = Status::BadInput("a name used twice");
-      return failure();
+  // The first part's nodes need only the first part's index: this thread
+  // parses and creates them while the second still indexes the rest (about
+  // twice as long: it walks past the first part, then indexes 60%). Before
+  // its first node of the later part, both indexes must be complete and no
+  // name in both (each index refused repeats within its part), so that the
+  // graph never gets a name twice.
+  bool whole_index_checked = false;
+  auto check_whole_index = [&]() -> bool {
+    if (whole_index_checked) return true;
+    {
+      ScopedPhase phase("wait-for-second-index");
+      wait_for_both_indexes();
     }
+    if (failed.load(std::memory_order_relaxed)) return false;
+    for (size_t k = 0; k < split; ++k)
+      if (later_names.Find(names_[k]) != NameIndex::kEmpty) {
+        statuses[0] = Status::BadInput("a name used twice");
+        return false;
+      }
+    whole_index_checked = true;
+    return true;
+  };
+  auto has_later_nodes = [&](size_t block) { return (block + 1) * kBlock > split; };
   // This thread creates every node, in order, block by block; while the next
   // block is not parsed yet, it parses one the second thread has not taken.
   ParseState state;
   state.later_names = &later_names;
+  state.later_from = split;
   for (size_t b = 0; b < num_blocks; ++b) {
     for (uint8_t s = block_state[b].load(std::memory_order_acquire); s == kUnread;
          s = block_state[b].load(std::memory_order_acquire)) {
       if (failed.load(std::memory_order_relaxed)) return failure();
       const size_t c = next_to_parse.fetch_add(1, std::memory_order_relaxed);
       if (c < num_blocks) {
+        if (has_later_nodes(c) && !check_whole_index()) return failure();
         parse_block(c, state, statuses[0]);
       } else {
         ScopedPhase phase("wait-for-second-reader");
@@ -1590,6 +1635,7 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
     }
     if (block_state[b].load(std::memory_order_acquire) != kParsed || failed.load(std::memory_order_relaxed))
       return failure();
+    if (has_later_nodes(b) && !check_whole_index()) return failure();
     std::vector<PendingNode>& block = *blocks[b];
     for (size_t i = 0; i < block.size(); ++i) {
       const size_t k = b * kBlock + i;
@@ -1636,6 +1682,8 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   // first was a walk of its own over the whole tape (a cache miss per node at
   // a million nodes); only CheckReferences, on an error, needs that list.
   const size_t count = nodes_field->size();
+  graph_->adoptNodeMemory(std::move(recycled_text_), count);
+  std::string().swap(recycled_text_);  // too small for a chunk: freed now, as it was
   graph_->reserve(count);
   created_.reserve(count);
   if (two_threads_ && count >= NodesForTwoThreads() && nesting_ == 0) {
@@ -2227,9 +2275,15 @@ Expected<std::unique_ptr<Graph>> ReadWithNlohmann(std::string_view text, const s
 // will take, and maps those pages (Note [Populated pages]) while stage 2 fills
 // the ones before. It maps only what stage 2 will write -- the tape exactly, a
 // string by its raw length, which only escapes and spaces before the next
-// structural make longer -- so the peak memory does not grow. The result and
-// every error are parse_into_document's: the same two stages, called one at a
-// time (test: serialize_test's "Note [Populated tape]").
+// structural make longer. Before that, while stage 1 runs, the same thread
+// maps as many bytes as the text has of stage 1's structural index (4 bytes a
+// structural; synth_1m's index is 288 MB for 291 MB of text) and of the tape:
+// stage 1 went from 156 to 105 ms and stage 2 from 265 to 220 ms on
+// synth_1m. What a text with fewer structurals leaves unused of that tape is
+// given back after stage 2 (the index goes with the parser), so the peak
+// grows by at most the text's length, and only while the text is parsed. The
+// result and every error are parse_into_document's: the same two stages,
+// called one at a time (test: serialize_test's "Note [Populated tape]").
 // FXREMAT_MAP_TAPE_FROM=N: documents of N bytes or more (tests use 1).
 inline size_t MapTapeFrom() { return SizeFromEnv("FXREMAT_MAP_TAPE_FROM", kMapOnAnotherThreadFrom); }
 
@@ -2262,7 +2316,7 @@ TapeSizes CountTape(const uint8_t* text, size_t length, const uint32_t* index, s
 
 // Maps, a stretch of structurals at a time, the pages stage 2 will write.
 void MapTapeAhead(const uint8_t* text, size_t length, const uint32_t* index, size_t count,
-                  simdjson::dom::document& document) {
+                  simdjson::dom::document& document, size_t tape_mapped_already) {
   std::byte* const tape = reinterpret_cast<std::byte*>(document.tape.get());
   std::byte* const strings = reinterpret_cast<std::byte*>(document.string_buf.get());
   constexpr size_t kStretch = size_t{1} << 16;
@@ -2271,7 +2325,7 @@ void MapTapeAhead(const uint8_t* text, size_t length, const uint32_t* index, siz
   // length + 3 tape words, 5/3 of length string bytes): a text stage 1 takes
   // and stage 2 refuses (two strings with nothing between) can count more.
   const TapeSizes capacity{(length + 3) * sizeof(uint64_t), 5 * length / 3};
-  TapeSizes needed{kRootTapeBytes, 0}, mapped;
+  TapeSizes needed{kRootTapeBytes, 0}, mapped{tape_mapped_already, 0};
   // Maps [mapped, needed) of a buffer once it is a megabyte, or at the end.
   auto map_up_to = [](std::byte* buffer, size_t needed_bytes, size_t& mapped_bytes, bool last) {
     if (needed_bytes < mapped_bytes + kMinMap && !(last && needed_bytes > mapped_bytes)) return;
@@ -2300,22 +2354,51 @@ simdjson::error_code ParseIntoDocument(simdjson::dom::parser& parser, simdjson::
   }
   if (simdjson::error_code error = document.allocate(length)) return error;
   simdjson::internal::dom_parser_implementation& stages = *parser.implementation;
-  if (simdjson::error_code error = stages.stage1(text, length, simdjson::stage1_mode::regular)) return error;
+  // The first `length` bytes of the structural index and of the tape, mapped
+  // while stage 1 runs (the buffers hold 4 and 8 bytes a text byte).
+  const size_t early_bytes = length;
+  enum : int { kStage1Running, kStage1Done, kStage1Failed };
+  std::atomic<int> stage1{kStage1Running};
   std::thread mapper;
   try {
-    mapper = std::thread(
-        [&] { MapTapeAhead(text, length, stages.structural_indexes.get(), stages.n_structural_indexes, document); });
+    mapper = std::thread([&] {
+      PopulatePages(stages.structural_indexes.get(), early_bytes);
+      PopulatePages(document.tape.get(), early_bytes);
+      stage1.wait(kStage1Running, std::memory_order_acquire);
+      if (stage1.load(std::memory_order_acquire) != kStage1Done) return;
+      MapTapeAhead(text, length, stages.structural_indexes.get(), stages.n_structural_indexes, document, early_bytes);
+    });
   } catch (const std::system_error&) {
-    // No second thread: stage 2 touches its pages itself, as parse_into_document does.
+    // No second thread: the stages touch their pages themselves, as parse_into_document does.
   }
-  const simdjson::error_code error = stages.stage2(document);
-  if (mapper.joinable()) mapper.join();
+  simdjson::error_code error = stages.stage1(text, length, simdjson::stage1_mode::regular);
+  stage1.store(error ? kStage1Failed : kStage1Done, std::memory_order_release);
+  stage1.notify_all();
+  if (!error) error = stages.stage2(document);
+  if (mapper.joinable()) {
+    mapper.join();
+    // The tape stage 2 did not fill (all of it after an error) goes back: its
+    // root word holds the index past its last word.
+    constexpr uint64_t kTapeValueMask = 0x00FFFFFFFFFFFFFFull;
+    const size_t used = error ? 0 : static_cast<size_t>(document.tape[0] & kTapeValueMask) * sizeof(uint64_t);
+    if (used < early_bytes) ReleasePages(reinterpret_cast<std::byte*>(document.tape.get()) + used, early_bytes - used);
+  }
   return error;
 }
 
 // `owned`: null, or the string `text` views, with SIMDJSON_PADDING bytes of
-// spare capacity (simdjson then reads it in place); it is released once parsed,
-// since the tape holds every value: the text and the IR are never both held.
+// spare capacity (simdjson then reads it in place). Once parsed, the tape
+// holds every value, and the string's buffer becomes the graph's node arena
+// (Note [Recycled text pages]): the text and the IR are never both held.
+//
+// Note [Recycled text pages]
+// At a million nodes the text is 291 MB of pages mapped while it was read,
+// and the node arena 568 MB of fresh pages, each a page fault (or a share of
+// a MADV_POPULATE_WRITE) to map, after the text's were unmapped. The reader
+// now hands the text's buffer to Graph::adoptNodeMemory before it reserves
+// the arena: the first nodes go where the text was, on pages mapped already,
+// and the text is never unmapped while the graph lives (what the nodes do not
+// need of it is given back with MADV_DONTNEED).
 Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* owned, const std::string& sidecar_dir) {
   if (UseNlohmannIo()) return ReadWithNlohmann(text, sidecar_dir);
   simdjson::dom::document document;
@@ -2330,9 +2413,9 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
                                /*padded=*/owned != nullptr) == simdjson::SUCCESS;
   }
   if (!parsed) return ReadWithNlohmann(text, sidecar_dir);
-  if (owned) std::string().swap(*owned);
   ScopedPhase phase("build-graph");
   GraphReader<SimdValue> reader(sidecar_dir);
+  if (owned) reader.RecycleText(std::move(*owned));
   return reader.Read(SimdValue(document.root()));
 }
 

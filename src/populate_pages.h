@@ -36,6 +36,21 @@ inline void PopulatePages(void* begin, size_t size) {
 #endif
 }
 
+// Gives the whole pages of [begin, begin + size) back to the system: their
+// contents are lost (they read as zero if touched again), the memory stays
+// allocated.
+inline void ReleasePages(void* begin, size_t size) {
+#if defined(__linux__)
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size) & ~(kPage - 1);
+  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+#else
+  (void)begin;
+  (void)size;
+#endif
+}
+
 // Below this many bytes, memory is not worth another thread's mapping:
 // starting a thread costs more than mapping it, and small graphs are read often.
 inline constexpr size_t kMapOnAnotherThreadFrom = size_t{16} << 20;

@@ -590,6 +590,13 @@ class Graph {
   // src/populate_pages.h) while this graph's thread creates nodes; the ranges
   // stay valid as long as the graph. Their contents are not to be touched.
   std::vector<std::pair<std::byte*, size_t>> unusedNodeMemory() const;
+  // Note [Recycled text pages]: takes over `memory` (a file's text the reader
+  // is done with) as arena chunks for up to `nodes` of the nodes still to
+  // come, before reserve(). Its pages are mapped already, so the nodes placed
+  // there cost no page faults; the pages past those chunks are given back to
+  // the system (MADV_DONTNEED). The string's contents are overwritten: it is
+  // kept only as the owner of its buffer, which goes with the graph.
+  void adoptNodeMemory(std::string&& memory, size_t nodes);
 
  private:
   void renumber(size_t from);
@@ -617,7 +624,9 @@ class Graph {
   // another thread mapped them first (unusedNodeMemory).
   static constexpr size_t kNodesPerChunk = 512;
   Node* allocateNode();
-  std::vector<std::unique_ptr<std::byte[]>> node_chunks_;
+  std::vector<std::byte*> node_chunks_;  // in the order nodes use them
+  std::vector<std::unique_ptr<std::byte[]>> owned_chunks_;
+  std::vector<std::string> adopted_memory_;  // adoptNodeMemory's buffers, holding chunks
   size_t next_chunk_ = 0;              // the chunk that becomes current next
   std::byte* current_chunk_ = nullptr;
   size_t nodes_in_current_chunk_ = kNodesPerChunk;  // full: the next node starts a chunk

@@ -215,3 +215,48 @@ TEST_CASE("IsPythonIdentifier and IsDottedName take ASCII identifiers only") {
   CHECK(IsDottedName("getattr_1"));
   for (const char* bad : {"", ".x", "x.", "aten..sin", "aten.1sin", "aten.s-in"}) CHECK_FALSE(IsDottedName(bad));
 }
+
+// Note [Recycled text pages]: adoptNodeMemory takes a string's buffer as arena
+// chunks for the nodes to come -- as many whole chunks as it holds, no more
+// than the nodes need -- before reserve() adds the rest; a buffer smaller than
+// a chunk is left to its owner.
+TEST_CASE("adoptNodeMemory places the first nodes in the adopted buffer and reserve the rest") {
+  constexpr size_t kChunk = 512;  // Graph::kNodesPerChunk
+  auto in = [](const Node* n, const std::byte* begin, size_t size) {
+    const std::byte* p = reinterpret_cast<const std::byte*>(n);
+    return p >= begin && p + sizeof(Node) <= begin + size;
+  };
+  {
+    Graph g;
+    std::string small(kChunk * sizeof(Node) - 1, 'x');
+    g.adoptNodeMemory(std::move(small), 10);
+    CHECK(small.size() == kChunk * sizeof(Node) - 1);  // not taken
+    CHECK(g.unusedNodeMemory().empty());
+  }
+  Graph g;
+  std::string text(2 * kChunk * sizeof(Node) + 100, 'x');  // two whole chunks and a bit
+  const std::byte* const buffer = reinterpret_cast<const std::byte*>(text.data());
+  const size_t buffer_size = text.capacity();
+  g.adoptNodeMemory(std::move(text), 3 * kChunk);
+  const auto adopted = g.unusedNodeMemory();
+  REQUIRE(adopted.size() == 2);
+  CHECK(adopted[0].first == buffer);
+  CHECK(adopted[1].first == buffer + kChunk * sizeof(Node));
+  g.reserve(3 * kChunk);  // one chunk more
+  REQUIRE(g.unusedNodeMemory().size() == 3);
+  std::vector<Node*> made;
+  for (size_t i = 0; i < 3 * kChunk; ++i) {
+    Node* n = g.createNode(OpKind::kPlaceholder, fmt::format("p{}", i), fmt::format("p{}", i));
+    n->val() = ValueFacts();
+    made.push_back(n);
+  }
+  for (size_t i = 0; i < 2 * kChunk; ++i) CHECK(in(made[i], buffer, buffer_size));
+  for (size_t i = 2 * kChunk; i < 3 * kChunk; ++i) CHECK_FALSE(in(made[i], buffer, buffer_size));
+  CHECK(made[0]->name() == "p0");
+  CHECK(made[2 * kChunk - 1]->name() == fmt::format("p{}", 2 * kChunk - 1));
+  // A graph needing fewer nodes than the buffer holds takes one chunk of it.
+  Graph h;
+  std::string more(3 * kChunk * sizeof(Node), 'y');
+  h.adoptNodeMemory(std::move(more), 7);
+  CHECK(h.unusedNodeMemory().size() == 1);
+}
