@@ -6,7 +6,8 @@
 // to faults. MADV_POPULATE_WRITE (Linux 5.14) maps a range in one system
 // call, without a fault's entry and exit per page, and two threads can map
 // two halves of a range at once. Used for the node arena's chunks (Note [Node
-// arena]) and the buffer a gzip file inflates into. Best effort: elsewhere, or
+// arena]), the buffer a file is read or inflated into, and simdjson's index
+// and tape (Note [Populated tape] in src/json_io.cpp). Best effort: elsewhere, or
 // on an older kernel, the pages fault in as before. The memory's contents are
 // not changed (fresh pages are zero, as a fault would make them).
 #pragma once
