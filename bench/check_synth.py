@@ -65,8 +65,12 @@ class SynthNet(nn.Module):
 
 
 def _strip(doc: dict) -> dict:
+    # Stack traces (fxremat_synth has none): inline (format <= 1.4) or by index into the
+    # document's table (format 1.5, Note [Stack-trace table]).
+    doc.pop("stack_traces", None)
     for n in doc["nodes"]:
         n.get("meta", {}).pop("stack_trace", None)
+        n.get("meta", {}).pop("stack_trace_index", None)
     return doc
 
 
