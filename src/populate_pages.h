@@ -23,14 +23,21 @@
 
 namespace fxremat {
 
+#if defined(__linux__)
+// madvise(advice) over the whole pages of [begin, begin + size); best effort.
+inline void AdviseWholePages(void* begin, size_t size, int advice) {
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size) & ~(kPage - 1);
+  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, advice);
+}
+#endif
+
 // Maps the whole pages of [begin, begin + size).
 inline void PopulatePages(void* begin, size_t size) {
 #if defined(__linux__)
   constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
-  constexpr uintptr_t kPage = 4096;
-  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + kPage - 1) & ~(kPage - 1);
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size) & ~(kPage - 1);
-  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, kMadvPopulateWrite);
+  AdviseWholePages(begin, size, kMadvPopulateWrite);
 #else
   (void)begin;
   (void)size;
@@ -42,10 +49,7 @@ inline void PopulatePages(void* begin, size_t size) {
 // allocated.
 inline void ReleasePages(void* begin, size_t size) {
 #if defined(__linux__)
-  constexpr uintptr_t kPage = 4096;
-  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + kPage - 1) & ~(kPage - 1);
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size) & ~(kPage - 1);
-  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  AdviseWholePages(begin, size, MADV_DONTNEED);
 #else
   (void)begin;
   (void)size;
