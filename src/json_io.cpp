@@ -2285,8 +2285,9 @@ Expected<std::unique_ptr<Graph>> ReadWithNlohmann(std::string_view text, const s
 // structural; synth_1m's index is 288 MB for 291 MB of text) and of the tape:
 // stage 1 went from 156 to 105 ms and stage 2 from 265 to 220 ms on
 // synth_1m. What a text with fewer structurals leaves unused of that tape is
-// given back after stage 2 (the index goes with the parser), so the peak
-// grows by at most the text's length, and only while the text is parsed. The
+// given back after stage 2, and the index goes with the parser, so the peak
+// grows by at most twice the text's length, and only while the text is
+// parsed (a text of long strings, such as inline constants). The
 // result and every error are parse_into_document's: the same two stages,
 // called one at a time (test: serialize_test's "Note [Populated tape]").
 // FXREMAT_MAP_TAPE_FROM=N: documents of N bytes or more (tests use 1).
