@@ -153,6 +153,11 @@ def run_ours_cli_uncompressed(build: Path, graph: Path, repeat: int, partitioner
         return run_ours_cli(build, plain, repeat, partitioner, max_flow)
 
 
+def load_ms(phases: dict) -> float:
+    """The CLI's load of a graph: read-file + parse-json + build-graph (ms)."""
+    return sum(phases.get(k, 0.0) for k in ("read-file", "parse-json", "build-graph"))
+
+
 def json_bytes(graph: Path) -> int:
     """Bytes of the graph's uncompressed JSON (what a load reads)."""
     if graph.suffix != ".gz":
@@ -502,10 +507,6 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
         add("| graph | JSON read | load | load MB/s | load, .json | load MB/s, .json | written | write | write MB/s "
             "| CLI peak RSS |")
         add("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-
-        def load_ms(ph: dict) -> float:
-            return sum(ph.get(k, 0.0) for k in ("read-file", "parse-json", "build-graph"))
-
         for r in phase_rows:
             load = load_ms(r["cli_phases"])
             write = r["cli_phases"].get("write-graph", 0.0)
@@ -614,17 +615,11 @@ def evaluate_targets(rows: list[dict], meta: dict) -> list[str]:
     # the CLI), from the .json.gz as benchmarked and from the same graph's uncompressed .json.
     loads = [r for r in rows if r.get("cli_phases") and r.get("json_bytes")]
     if loads:
-        def mbps(r: dict, key: str) -> float | None:
-            ph = r.get(key)
-            if not ph:
-                return None
-            ms = sum(ph.get(k, 0.0) for k in ("read-file", "parse-json", "build-graph"))
-            return r["json_bytes"] / 1e6 / (ms / 1e3) if ms else None
-
         parts = []
         for key, label in (("cli_phases", "from the .json.gz (gunzip included)"),
                            ("cli_json_phases", "from the uncompressed .json")):
-            rated = [(mbps(r, key), r) for r in loads if mbps(r, key) is not None]
+            rated = [(r["json_bytes"] / 1e6 / (load_ms(r[key]) / 1e3), r)
+                     for r in loads if r.get(key) and load_ms(r[key])]
             if not rated:
                 continue
             worst, worst_row = min(rated, key=lambda x: x[0])

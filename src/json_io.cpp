@@ -315,10 +315,7 @@ class SimdValue {
 
 // The fields of one simdjson object gathered once (key views and elements side
 // by side), for readers that look up many of them: a lookup is a scan of a
-// few string_views instead of a walk of the tape. Most lookups are of keys the
-// object lacks (a node's meta has two or three of the fifteen keys read), so
-// a 64-bit mask of the keys' (length, first character) answers them without a
-// scan.
+// few string_views instead of a walk of the tape.
 class SimdFields {
  public:
   explicit SimdFields(const SimdValue& object) {
@@ -326,12 +323,10 @@ class SimdFields {
       if (size_ < kInline) inline_[size_] = {key, value};
       else overflow_.emplace_back(key, value);
       ++size_;
-      present_ |= KeyBit(key);
     });
   }
   // The last field named `key` (nlohmann keeps the last of duplicate keys).
   std::optional<SimdValue> find(std::string_view key) const {
-    if (!(present_ & KeyBit(key))) return std::nullopt;
     for (size_t i = overflow_.size(); i-- > 0;)
       if (SameKey(overflow_[i].first, key)) return overflow_[i].second;
     for (size_t i = std::min(size_, kInline); i-- > 0;)
@@ -349,16 +344,10 @@ class SimdFields {
     return true;
   }
 
-  static uint64_t KeyBit(std::string_view key) {
-    const unsigned first = key.empty() ? 0u : static_cast<unsigned char>(key[0]);
-    return uint64_t{1} << ((key.size() * 7 + first) & 63);
-  }
-
   static constexpr size_t kInline = 16;
   std::array<std::pair<std::string_view, SimdValue>, kInline> inline_{};
   std::vector<std::pair<std::string_view, SimdValue>> overflow_;
   size_t size_ = 0;
-  uint64_t present_ = 0;  // KeyBit of every key
 };
 
 SimdFields SimdValue::fields() const { return SimdFields(*this); }
@@ -1489,8 +1478,8 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
   NameIndex later_names;
   // Blocks of 4096 nodes at a million; smaller below 131,072 nodes, so that a
   // graph of a few thousand still has enough blocks to share evenly.
-  const size_t kBlock = std::clamp<size_t>(count / 32, 256, 4096);
-  const size_t num_blocks = (count + kBlock - 1) / kBlock;
+  const size_t nodes_per_block = std::clamp<size_t>(count / 32, 256, 4096);
+  const size_t num_blocks = (count + nodes_per_block - 1) / nodes_per_block;
   // A block's state: kUnread, kParsed (its PendingNodes in blocks[b]) or
   // kFailed; each change is published with a release store.
   enum : uint8_t { kUnread, kParsed, kFailed };
@@ -1507,7 +1496,7 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
   constexpr size_t kMaxBlocksAhead = 64;
 
   auto parse_block = [&](size_t b, ParseState& state, Status& status) {
-    const size_t begin = b * kBlock, end = std::min(count, begin + kBlock);
+    const size_t begin = b * nodes_per_block, end = std::min(count, begin + nodes_per_block);
     auto block = std::make_unique<std::vector<PendingNode>>(end - begin);
     for (size_t k = begin; k < end; ++k) {
       if (Status st = ParseNode(nodes[k], k, /*shared_index=*/true, state, (*block)[k - begin]); !st.ok()) {
@@ -1554,7 +1543,8 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
              done = blocks_created.load(std::memory_order_acquire))
           blocks_created.wait(done, std::memory_order_acquire);
         parse_block(b, state, statuses[1]);
-        for (size_t c = b * kBlock / nodes_per_chunk; c < arena.size() && c * nodes_per_chunk < (b + 1) * kBlock; ++c)
+        for (size_t c = b * nodes_per_block / nodes_per_chunk;
+             c < arena.size() && c * nodes_per_chunk < (b + 1) * nodes_per_block; ++c)
           PopulatePages(arena[c].first, arena[c].second);
       }
     } catch (const std::exception& e) {
@@ -1619,7 +1609,7 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
     whole_index_checked = true;
     return true;
   };
-  auto has_later_nodes = [&](size_t block) { return (block + 1) * kBlock > split; };
+  auto has_later_nodes = [&](size_t block) { return (block + 1) * nodes_per_block > split; };
   // This thread creates every node, in order, block by block; while the next
   // block is not parsed yet, it parses one the second thread has not taken.
   ParseState state;
@@ -1643,7 +1633,7 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
     if (has_later_nodes(b) && !check_whole_index()) return failure();
     std::vector<PendingNode>& block = *blocks[b];
     for (size_t i = 0; i < block.size(); ++i) {
-      const size_t k = b * kBlock + i;
+      const size_t k = b * nodes_per_block + i;
       if (graph_->outputNode() != nullptr) {
         statuses[0] = FollowsOutput(JsonPath(JsonPath(root_, "nodes"), k), block[i].name);
         return failure();
