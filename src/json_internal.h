@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -49,5 +50,10 @@ struct TapeSizes {
   size_t string_bytes = 0;
 };
 std::optional<std::pair<TapeSizes, TapeSizes>> MeasureTapeForTesting(std::string_view json);
+
+// Note [Known field keys]: the keys the reader looks up by slot, in slot order,
+// and the slot the reader finds for `key` (-1: not one of them).
+std::vector<std::string_view> KnownFieldKeysForTesting();
+int KnownFieldSlotForTesting(std::string_view key);
 
 }  // namespace fxremat

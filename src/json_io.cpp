@@ -76,6 +76,110 @@ using ojson = nlohmann::ordered_json;
 // kBigUnsigned one above INT64_MAX (refused where an int64 is needed).
 enum class JKind : uint8_t { kNull, kBool, kInt, kBigUnsigned, kFloat, kString, kArray, kObject, kOther };
 
+// Note [Known field keys]: the reader looks up the fields of a node, of its
+// meta and of its value facts by name, some thirty names per node, most of
+// them absent. Every name it asks for is one of kFieldKeys, and a lookup names
+// its key as a FieldKey, whose slot (its index in kFieldKeys) is found when
+// the reader is compiled. SimdFields reads an object's fields once, each key
+// found in a small open-addressed table (KnownFieldSlot), and keeps the last
+// value of each known key by slot: a lookup is then an index, where it was a
+// scan of the object's keys (build-graph of synth_10k: see the commit). A key
+// the reader never asks for is skipped, as before; a repeated key keeps its
+// last value, as nlohmann does.
+inline constexpr std::string_view kFieldKeys[] = {
+    // a node
+    "name", "op", "target", "args", "kwargs", "meta", "role", "path",
+    // its meta
+    "val", "recompute", "partitioner_tag", "stack_trace", "stack_trace_index", "ac_graph_id", "names",
+    "offload_requested", "mutated", "saved_tensor_with_no_vc_check", "has_backward_hook", "memory_budget",
+    "region_memory_budget", "written_back_from", "value_range",
+    // value facts
+    "kind", "dtype", "shape", "stride", "device", "storage", "requires_grad", "expr", "hint", "items", "type",
+    "value"};
+inline constexpr size_t kNumFieldKeys = std::size(kFieldKeys);
+static_assert(kNumFieldKeys <= 64, "SimdFields keeps a 64-bit mask of the keys present");
+
+// A key as the table compares it: its length and its first and last (up to)
+// eight bytes, which tell apart any two keys of at most 16 bytes; a longer
+// key is compared in full once these match.
+struct KeyPrint {
+  uint64_t head = 0, tail = 0;
+  size_t size = 0;
+  constexpr bool operator==(const KeyPrint&) const = default;
+};
+// Little-endian, byte by byte: what a memcpy load gives at run time.
+constexpr uint64_t LoadBytes(const char* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  return v;
+}
+constexpr KeyPrint PrintOfKey(std::string_view key) {
+  const size_t n = key.size();
+  const size_t width = n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : n;
+  if (std::is_constant_evaluated())
+    return {LoadBytes(key.data(), width), LoadBytes(key.data() + n - width, width), n};
+  // Fixed-size copies, which compile to single loads.
+  auto load = [](const char* p, size_t w) -> uint64_t {
+    uint64_t v = 0;
+    switch (w) {
+      case 8: { std::memcpy(&v, p, 8); break; }
+      case 4: { uint32_t x; std::memcpy(&x, p, 4); v = x; break; }
+      case 2: { uint16_t x; std::memcpy(&x, p, 2); v = x; break; }
+      case 1: v = static_cast<unsigned char>(*p); break;
+      default: break;
+    }
+    return v;
+  };
+  return {load(key.data(), width), width ? load(key.data() + n - width, width) : 0, n};
+}
+constexpr size_t KeyBucket(const KeyPrint& k, size_t buckets) {
+  const uint64_t h = (k.head ^ (k.tail * 0x9E3779B97F4A7C15ull) ^ k.size) * 0xBF58476D1CE4E5B9ull;
+  return static_cast<size_t>(h >> 40) & (buckets - 1);
+}
+struct KnownKeyTable {
+  static constexpr size_t kBuckets = 128;
+  struct Entry {
+    KeyPrint print;
+    int8_t slot = -1;
+  };
+  std::array<Entry, kBuckets> entries{};
+  constexpr KnownKeyTable() {
+    for (size_t slot = 0; slot < kNumFieldKeys; ++slot) {
+      const KeyPrint print = PrintOfKey(kFieldKeys[slot]);
+      size_t b = KeyBucket(print, kBuckets);
+      while (entries[b].slot >= 0) b = (b + 1) & (kBuckets - 1);
+      entries[b] = {print, static_cast<int8_t>(slot)};
+    }
+  }
+};
+inline constexpr KnownKeyTable kKnownKeyTable{};
+
+// The slot of `key` in kFieldKeys, or -1.
+inline int KnownFieldSlot(std::string_view key) {
+  const KeyPrint print = PrintOfKey(key);
+  for (size_t b = KeyBucket(print, KnownKeyTable::kBuckets);; b = (b + 1) & (KnownKeyTable::kBuckets - 1)) {
+    const KnownKeyTable::Entry& e = kKnownKeyTable.entries[b];
+    if (e.slot < 0) return -1;
+    if (e.print == print && (key.size() <= 16 || key == kFieldKeys[static_cast<size_t>(e.slot)])) return e.slot;
+  }
+}
+
+// A field name the reader asks for, checked against kFieldKeys when compiled.
+struct FieldKey {
+  consteval FieldKey(const char* key) : name(key), slot(SlotOf(key)) {}  // NOLINT: implicit, for f.find("name")
+  std::string_view name;
+  size_t slot;
+
+ private:
+  static consteval size_t SlotOf(std::string_view key) {
+    for (size_t i = 0; i < kNumFieldKeys; ++i)
+      if (kFieldKeys[i] == key) return i;
+    throw "a FieldKey must be one of kFieldKeys";  // a compile error: consteval
+  }
+};
+
+class NlohmannFields;
+
 class NlohmannValue {
  public:
   NlohmannValue() = default;  // a placeholder, to be assigned
@@ -98,6 +202,14 @@ class NlohmannValue {
   const char* type_name() const { return j_->type_name(); }
   bool boolean() const { return j_->get<bool>(); }
   int64_t int64() const { return j_->get<int64_t>(); }
+  // The value, when it is an integer of int64's range: a quick IsInteger + int64().
+  bool get_int64(int64_t& out) const {
+    if (j_->is_number_integer() && kind() == JKind::kInt) {
+      out = int64();
+      return true;
+    }
+    return false;
+  }
   uint64_t uint64() const { return j_->get<uint64_t>(); }
   double number() const { return j_->get<double>(); }
   std::string_view str() const { return j_->get_ref<const std::string&>(); }
@@ -129,11 +241,22 @@ class NlohmannValue {
   }
   std::string dump() const { return j_->dump(); }
   // For reading many fields of one object: nlohmann's own lookup.
-  const NlohmannValue& fields() const { return *this; }
+  NlohmannFields fields() const;
 
  private:
   const json* j_ = nullptr;
 };
+
+// NlohmannValue's fields(): nlohmann's own lookup, by the key's name.
+class NlohmannFields {
+ public:
+  explicit NlohmannFields(const NlohmannValue& object) : object_(object) {}
+  std::optional<NlohmannValue> find(FieldKey key) const { return object_.find(key.name); }
+
+ private:
+  NlohmannValue object_;
+};
+inline NlohmannFields NlohmannValue::fields() const { return NlohmannFields(*this); }
 
 // GCC sees the default-constructed array/object of a failed get() (which
 // Checked() rules out) and warns of a null tape; the warning is off for this class.
@@ -152,7 +275,8 @@ class SimdValue {
  public:
   SimdValue() = default;
   explicit SimdValue(simdjson::dom::element e) : e_(e) {}
-  JKind kind() const {
+  // Inlined: the reader asks it of nearly every value, often twice.
+  [[gnu::always_inline]] JKind kind() const {
     switch (e_.type()) {
       case simdjson::dom::element_type::NULL_VALUE: return JKind::kNull;
       case simdjson::dom::element_type::BOOL: return JKind::kBool;
@@ -185,6 +309,14 @@ class SimdValue {
   int64_t int64() const {
     return e_.type() == simdjson::dom::element_type::UINT64 ? static_cast<int64_t>(uint64())
                                                              : Get<int64_t>();
+  }
+  // The value, when it is an integer of int64's range (simdjson stores an
+  // integer as UINT64 only above INT64_MAX): IsInteger + int64() in one type
+  // check, for hot loops.
+  bool get_int64(int64_t& out) const {
+    if (e_.type() != simdjson::dom::element_type::INT64) return false;
+    out = Get<int64_t>();
+    return true;
   }
   uint64_t uint64() const {
     return e_.type() == simdjson::dom::element_type::INT64 ? static_cast<uint64_t>(Get<int64_t>())
@@ -313,41 +445,31 @@ class SimdValue {
 };
 #pragma GCC diagnostic pop
 
-// The fields of one simdjson object gathered once (key views and elements side
-// by side), for readers that look up many of them: a lookup is a scan of a
-// few string_views instead of a walk of the tape.
+// The fields of one simdjson object read once, by key slot (Note [Known
+// field keys]): a lookup is an index.
 class SimdFields {
  public:
   explicit SimdFields(const SimdValue& object) {
     object.each_field([&](std::string_view key, const SimdValue& value) {
-      if (size_ < kInline) inline_[size_] = {key, value};
-      else overflow_.emplace_back(key, value);
-      ++size_;
+      const int slot = KnownFieldSlot(key);
+      if (slot < 0) return;
+      values_[slot].value = value;  // a repeated key: the last one stays
+      present_ |= uint64_t{1} << slot;
     });
   }
-  // The last field named `key` (nlohmann keeps the last of duplicate keys).
-  std::optional<SimdValue> find(std::string_view key) const {
-    for (size_t i = overflow_.size(); i-- > 0;)
-      if (SameKey(overflow_[i].first, key)) return overflow_[i].second;
-    for (size_t i = std::min(size_, kInline); i-- > 0;)
-      if (SameKey(inline_[i].first, key)) return inline_[i].second;
-    return std::nullopt;
+  std::optional<SimdValue> find(FieldKey key) const {
+    if (!(present_ >> key.slot & 1)) return std::nullopt;
+    return values_[key.slot].value;
   }
 
  private:
-  // Keys are a few characters and most differ in the first: compared in place,
-  // without a call to memcmp for every key of the same length.
-  static bool SameKey(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i)
-      if (a[i] != b[i]) return false;
-    return true;
-  }
-
-  static constexpr size_t kInline = 16;
-  std::array<std::pair<std::string_view, SimdValue>, kInline> inline_{};
-  std::vector<std::pair<std::string_view, SimdValue>> overflow_;
-  size_t size_ = 0;
+  // Left unset until a field fills it: `present_` says which are.
+  union Slot {
+    Slot() {}
+    SimdValue value;
+  };
+  uint64_t present_ = 0;
+  std::array<Slot, kNumFieldKeys> values_;
 };
 
 SimdFields SimdValue::fields() const { return SimdFields(*this); }
@@ -468,6 +590,9 @@ class GraphReader {
   // The text `doc` was parsed from, no longer read: Read gives its buffer to
   // the graph for its nodes (Note [Recycled text pages]).
   void RecycleText(std::string&& text) { recycled_text_ = std::move(text); }
+  // A thread to map the node arena's pages ahead of the nodes (Note [Warming
+  // pages ahead]); it must outlive Read.
+  void WarmNodeMemoryWith(PageWarmer* warmer) { warmer_ = warmer; }
 
  private:
   Status Fail(const std::string& path, const std::string& message) { return Status::BadInput(message, prefix_ + path); }
@@ -533,7 +658,8 @@ class GraphReader {
   Node* CreateNode(PendingNode& pending);
   Expected<Argument> ReadArgument(const V& j, const JsonPath& path, std::string_view node_name, size_t node_index,
                                   const ParseState& state, int depth = 0);
-  Expected<ValueFacts> ReadValueFacts(const V& j, const JsonPath& path, ParseState& state, int depth = 0);
+  // Into `v`, which is default-constructed (a fresh ValueFacts).
+  Status ReadValueFacts(const V& j, const JsonPath& path, ParseState& state, ValueFacts& v, int depth = 0);
   Expected<Dim> ReadDim(const V& j, const JsonPath& path);
   Status ReadDims(const V& list, const JsonPath& path, DimVector& out);
   Status ReadMeta(const V& j, const JsonPath& path, ParseState& state, PendingNode& node);
@@ -558,6 +684,7 @@ class GraphReader {
   std::vector<std::string_view> names_;  // by index
   std::vector<Node*> created_;
   std::string recycled_text_;  // RecycleText's
+  PageWarmer* warmer_ = nullptr;  // WarmNodeMemoryWith's
   const JsonPath root_;
   static SharedText InternedText(ParseState& state, std::string_view text) {
     if (text.empty()) return SharedText();
@@ -837,6 +964,12 @@ Status GraphReader<V>::ReadDims(const V& list, const JsonPath& path, DimVector& 
   out.reserve(list.size());
   size_t i = 0;
   return list.each([&](const V& item) -> Status {
+    int64_t v = 0;
+    if (item.get_int64(v)) {  // a static dim: most are
+      out.push_back(Dim::Static(v));
+      ++i;
+      return Status::Ok();
+    }
     FXREMAT_ASSIGN_OR_RETURN(Dim d, ReadDim(item, JsonPath(path, i++)));
     out.push_back(std::move(d));
     return Status::Ok();
@@ -844,13 +977,12 @@ Status GraphReader<V>::ReadDims(const V& list, const JsonPath& path, DimVector& 
 }
 
 template <typename V>
-Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& path, ParseState& state, int depth) {
+Status GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& path, ParseState& state, ValueFacts& v, int depth) {
+  if (j.kind() != JKind::kObject) return Fail(path, "expected value facts {\"kind\": ...}");
   const auto& f = j.fields();
-  std::optional<V> kind_field;
-  if (j.kind() == JKind::kObject) kind_field = f.find("kind");
+  const std::optional<V> kind_field = f.find("kind");
   if (!IsString(kind_field)) return Fail(path, "expected value facts {\"kind\": ...}");
   const std::string_view kind = kind_field->str();
-  ValueFacts v;
   if (kind == "tensor") {
     v.kind = ValueFacts::Kind::kTensor;
     auto dtype_field = f.find("dtype");
@@ -905,8 +1037,7 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
     const JsonPath items_path(path, "items");
     size_t i = 0;
     FXREMAT_RETURN_IF_ERROR(items->each([&](const V& item_json) -> Status {
-      FXREMAT_ASSIGN_OR_RETURN(ValueFacts item, ReadValueFacts(item_json, JsonPath(items_path, i++), state, depth + 1));
-      v.items.push_back(std::move(item));
+      FXREMAT_RETURN_IF_ERROR(ReadValueFacts(item_json, JsonPath(items_path, i++), state, v.items.emplace_back(), depth + 1));
       return Status::Ok();
     }));
   } else if (kind == "none") {
@@ -926,7 +1057,7 @@ Expected<ValueFacts> GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& 
   } else {
     return Fail(JsonPath(path, "kind"), fmt::format("unknown value kind '{}'", kind));
   }
-  return v;
+  return Status::Ok();
 }
 
 template <typename V>
@@ -1051,13 +1182,13 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, ParseState& st
   if (j.kind() != JKind::kObject) return Fail(path, "expected an object");
   const auto& f = j.fields();
   if (auto val = f.find("val")) {
-    FXREMAT_ASSIGN_OR_RETURN(node.val, ReadValueFacts(*val, JsonPath(path, "val"), state));
+    FXREMAT_RETURN_IF_ERROR(ReadValueFacts(*val, JsonPath(path, "val"), state, node.val));
   }
   NodeMeta& meta = node.meta;
-  auto read_string = [&](std::string_view key, std::string& out) -> Status {
+  auto read_string = [&](FieldKey key, std::string& out) -> Status {
     auto field = f.find(key);
     if (IsNullOrAbsent(field)) return Status::Ok();
-    if (field->kind() != JKind::kString) return Fail(JsonPath(path, key), "expected a string");
+    if (field->kind() != JKind::kString) return Fail(JsonPath(path, key.name), "expected a string");
     out = std::string(field->str());
     return Status::Ok();
   };
@@ -1104,10 +1235,10 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, ParseState& st
       return Status::Ok();
     }));
   }
-  auto read_flag = [&](std::string_view key, bool& out) -> Status {
+  auto read_flag = [&](FieldKey key, bool& out) -> Status {
     auto field = f.find(key);
     if (IsNullOrAbsent(field)) return Status::Ok();
-    if (field->kind() != JKind::kBool) return Fail(JsonPath(path, key), "expected a boolean");
+    if (field->kind() != JKind::kBool) return Fail(JsonPath(path, key.name), "expected a boolean");
     out = field->boolean();
     return Status::Ok();
   };
@@ -1115,14 +1246,14 @@ Status GraphReader<V>::ReadMeta(const V& j, const JsonPath& path, ParseState& st
   FXREMAT_RETURN_IF_ERROR(read_flag("mutated", meta.mutated));
   FXREMAT_RETURN_IF_ERROR(read_flag("saved_tensor_with_no_vc_check", meta.no_vc_check));
   FXREMAT_RETURN_IF_ERROR(read_flag("has_backward_hook", meta.has_backward_hook));
-  for (const auto& [key, field] : {std::pair{std::string_view("memory_budget"), &RareNodeMeta::memory_budget},
-                                   std::pair{std::string_view("region_memory_budget"),
+  for (const auto& [key, field] : {std::pair{FieldKey("memory_budget"), &RareNodeMeta::memory_budget},
+                                   std::pair{FieldKey("region_memory_budget"),
                                              &RareNodeMeta::region_memory_budget}}) {
     auto value = f.find(key);
     if (IsNullOrAbsent(value)) continue;
     const JKind k = value->kind();
     if ((k != JKind::kInt && k != JKind::kBigUnsigned && k != JKind::kFloat) || !std::isfinite(value->number()))
-      return Fail(JsonPath(path, key), "expected a number");
+      return Fail(JsonPath(path, key.name), "expected a number");
     meta.mutableRare().*field = value->number();
   }
   if (auto from = f.find("written_back_from"); !IsNullOrAbsent(from)) {
@@ -1334,7 +1465,8 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
     auto val = j.find("val");
     if (!val) return Fail(path, "missing \"val\" (the tensor's facts)");
     const JsonPath val_path(path, "val");
-    FXREMAT_ASSIGN_OR_RETURN(ValueFacts v, ReadValueFacts(*val, val_path, state_));
+    ValueFacts v;
+    FXREMAT_RETURN_IF_ERROR(ReadValueFacts(*val, val_path, state_, v));
     if (!v.is_tensor()) return Fail(val_path, "a constant's facts must be a tensor's");
     int64_t expected = DTypeItemSize(v.tensor.dtype);
     const JsonPath shape_path(val_path, "shape");
@@ -1441,9 +1573,12 @@ inline size_t SizeFromEnv(const char* name, size_t fallback) {
 
 // FXREMAT_READ_TWO_THREADS_FROM=N reads documents of N nodes or more on two
 // threads (tests use 1, so that small documents take the path too).
-// The default: synth graphs of 20,000 nodes load in 36 ms on two threads
-// against 45.5 on one (medians of nine); at 10,000 the two are even.
-inline size_t NodesForTwoThreads() { return SizeFromEnv("FXREMAT_READ_TWO_THREADS_FROM", 20'000); }
+// The default: with the field slots of Note [Known field keys], synth graphs
+// of 5,000 nodes build in 4.5 ms on two threads against 5.3 on one, 10,000 in
+// 7.6 against 11.2 (medians of 21, interleaved); at 3,000 one thread is
+// quicker (3.4 against 3.9 ms). Two threads vary more on this 2-vCPU machine
+// (7 to 16 ms at 10,000), one thread's build is steady.
+inline size_t NodesForTwoThreads() { return SizeFromEnv("FXREMAT_READ_TWO_THREADS_FROM", 5'000); }
 
 template <typename V>
 Status GraphReader<V>::IndexNames(const V& nodes_field, size_t begin, size_t end, NameIndex& index,
@@ -1681,7 +1816,12 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   std::string().swap(recycled_text_);  // too small for a chunk: freed now, as it was
   graph_->reserve(count);
   created_.reserve(count);
-  if (two_threads_ && count >= NodesForTwoThreads() && nesting_ == 0) {
+  const bool on_two_threads = two_threads_ && count >= NodesForTwoThreads() && nesting_ == 0;
+  // Read alone, the arena is mapped by the warmer; on two threads, by the
+  // second as it goes (Note [Populated pages]).
+  if (warmer_ && !on_two_threads)
+    for (const auto& [begin, size] : graph_->unusedNodeMemory()) warmer_->Queue(begin, size);
+  if (on_two_threads) {
     // Note [Reading nodes on two threads]: a document the try refuses is read
     // again by one thread, whose first error is the one to report.
     if (!ReadNodesOnTwoThreads(*nodes_field, count).ok()) {
@@ -2382,6 +2522,52 @@ simdjson::error_code ParseIntoDocument(simdjson::dom::parser& parser, simdjson::
   return error;
 }
 
+// A parser and a document allocated for a text of `capacity` bytes before
+// the text is read, and a warmer mapping their buffers meanwhile (Note
+// [Warming pages ahead]), for texts of WarmPagesFrom() bytes up to
+// kMapOnAnotherThreadFrom (larger ones map their own, Note [Populated tape]).
+// The warmer then maps the node arena while the graph is built.
+// FXREMAT_WARM_PAGES_FROM=N: from N bytes (benchmarks compare with it off).
+inline size_t WarmPagesFrom() { return SizeFromEnv("FXREMAT_WARM_PAGES_FROM", size_t{128} << 10); }
+struct PreparedParse {
+  simdjson::dom::parser parser;
+  simdjson::dom::document document;
+  size_t capacity = 0;  // 0: nothing allocated
+  PageWarmer warmer;
+
+  // What stage 1 and 2 write for a text of `length` bytes, estimated from the
+  // graphs we read: 4 bytes an index entry, 8 a tape word, the strings'
+  // characters; synth_10k has 1.10, 1.49 and 1.01 times its length of each,
+  // the transformers graphs 0.4-0.6, 0.6-0.8 and 0.65-0.76. Estimates err
+  // high: a page mapped but not written costs the warmer, not the reader.
+  static constexpr size_t Estimate(size_t length, size_t tenths) { return length / 10 * tenths; }
+
+  void Prepare(size_t length) {
+    if (length < WarmPagesFrom() || length >= kMapOnAnotherThreadFrom) return;
+    if (parser.allocate(length, kMaxJsonDepth) != simdjson::SUCCESS || document.allocate(length) != simdjson::SUCCESS)
+      return;
+    capacity = length;
+    simdjson::internal::dom_parser_implementation& stages = *parser.implementation;
+    // In the order stage 1 and 2 write them: the index, then the tape and the
+    // strings side by side, a stretch of each at a time. Never past what
+    // simdjson allocated (at least 4 and 8 bytes a text byte of index and tape,
+    // 5/3 of one of strings).
+    std::byte* const index = reinterpret_cast<std::byte*>(stages.structural_indexes.get());
+    std::byte* const tape = reinterpret_cast<std::byte*>(document.tape.get());
+    std::byte* const strings = reinterpret_cast<std::byte*>(document.string_buf.get());
+    warmer.Queue(index, std::min(Estimate(length, 12), 4 * length));
+    const size_t tape_bytes = std::min(Estimate(length, 16), 8 * length);
+    const size_t string_bytes = std::min(Estimate(length, 11), 5 * length / 3);
+    constexpr size_t kStretches = 8;
+    for (size_t i = 0; i < kStretches; ++i) {
+      const size_t t0 = tape_bytes * i / kStretches, t1 = tape_bytes * (i + 1) / kStretches;
+      const size_t s0 = string_bytes * i / kStretches, s1 = string_bytes * (i + 1) / kStretches;
+      warmer.Queue(tape + t0, t1 - t0);
+      warmer.Queue(strings + s0, s1 - s0);
+    }
+  }
+};
+
 // `owned`: null, or the string `text` views, with SIMDJSON_PADDING bytes of
 // spare capacity (simdjson then reads it in place). Once parsed, the tape
 // holds every value, and the string's buffer becomes the graph's node arena
@@ -2395,23 +2581,35 @@ simdjson::error_code ParseIntoDocument(simdjson::dom::parser& parser, simdjson::
 // the arena: the first nodes go where the text was, on pages mapped already,
 // and the text is never unmapped while the graph lives (what the nodes do not
 // need of it is given back with MADV_DONTNEED).
-Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* owned, const std::string& sidecar_dir) {
+//
+// `prepared`: null, or buffers LoadGraphFile allocated (and queued to be
+// mapped) before it read the text (Note [Warming pages ahead]); used when
+// they were allocated for the text's length or more.
+Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* owned, const std::string& sidecar_dir,
+                                          PreparedParse* prepared = nullptr) {
   if (UseNlohmannIo()) return ReadWithNlohmann(text, sidecar_dir);
-  simdjson::dom::document document;
+  const bool use_prepared = prepared && prepared->capacity >= text.size();
+  simdjson::dom::document own_document;
+  simdjson::dom::document& document = use_prepared ? prepared->document : own_document;
   bool parsed = false;
   {
     ScopedPhase phase("parse-json");
     // The parser's depth limit is kMaxJsonDepth: whatever it accepts, CheckJsonDepth does.
     // Its index buffers go at the end of this block; the document keeps the tape and strings.
-    simdjson::dom::parser parser;
-    parsed = parser.allocate(text.size(), kMaxJsonDepth) == simdjson::SUCCESS &&
+    simdjson::dom::parser own_parser;
+    simdjson::dom::parser parser = use_prepared ? std::move(prepared->parser) : std::move(own_parser);
+    parsed = (use_prepared || parser.allocate(text.size(), kMaxJsonDepth) == simdjson::SUCCESS) &&
              ParseIntoDocument(parser, document, reinterpret_cast<const uint8_t*>(text.data()), text.size(),
                                /*padded=*/owned != nullptr) == simdjson::SUCCESS;
+    // The warmer may still be mapping the parser's index or the tape: it stops
+    // before the index is freed.
+    if (prepared) prepared->warmer.Drain();
   }
   if (!parsed) return ReadWithNlohmann(text, sidecar_dir);
   ScopedPhase phase("build-graph");
   GraphReader<SimdValue> reader(sidecar_dir);
   if (owned) reader.RecycleText(std::move(*owned));
+  if (prepared) reader.WarmNodeMemoryWith(&prepared->warmer);
   return reader.Read(SimdValue(document.root()));
 }
 
@@ -2420,6 +2618,9 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
 Expected<std::unique_ptr<Graph>> GraphFromJson(std::string_view text, const std::string& sidecar_dir) {
   return ReadJson(text, /*owned=*/nullptr, sidecar_dir);
 }
+
+std::vector<std::string_view> KnownFieldKeysForTesting() { return {std::begin(kFieldKeys), std::end(kFieldKeys)}; }
+int KnownFieldSlotForTesting(std::string_view key) { return KnownFieldSlot(key); }
 
 std::optional<std::pair<TapeSizes, TapeSizes>> MeasureTapeForTesting(std::string_view json) {
   const simdjson::padded_string text(json);
@@ -2729,7 +2930,12 @@ std::optional<std::string> ReadPlainWhole(const std::string& path, size_t file_s
   return out;
 }
 
-Expected<std::string> ReadFileContents(const std::string& path) {
+namespace {
+
+// ReadFileContents; on_size(n), when given, is called with the text's
+// expected length (the file's size, or a gzip file's stated one) before the
+// text is read.
+Expected<std::string> ReadFileContents(const std::string& path, const std::function<void(size_t)>& on_size) {
   ScopedPhase phase("read-file");
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
@@ -2757,6 +2963,7 @@ Expected<std::string> ReadFileContents(const std::string& path) {
     }
     std::fclose(raw);
   }
+  if (on_size && expected > 0) on_size(expected);
   if (!ec && !gzip_magic) {
     if (std::optional<std::string> contents = ReadPlainWhole(path, static_cast<size_t>(file_size)))
       return std::move(*contents);
@@ -2799,20 +3006,31 @@ Expected<std::string> ReadFileContents(const std::string& path) {
   return contents;
 }
 
+}  // namespace
+
 Status WriteFileAtomically(const std::string& path, std::string_view contents) {
   return WriteThroughTemporary(path, [&](const FileSink& sink) { return sink(contents); });
 }
 
+Expected<std::string> ReadFileContents(const std::string& path) { return ReadFileContents(path, nullptr); }
+
 Expected<std::unique_ptr<Graph>> LoadGraphFile(const std::string& path) {
-  FXREMAT_ASSIGN_OR_RETURN(std::string contents, ReadFileContents(path));
-  size_t first = contents.find_first_not_of(" \t\r\n");
   bool is_text = path.size() >= 5 && path.compare(path.size() - 5, 5, ".fxir") == 0;
+  // Note [Warming pages ahead]: the parser's buffers, allocated before the
+  // text is read, are mapped while it is.
+  PreparedParse prepared;
+  std::function<void(size_t)> prepare;
+  if (!is_text && !UseNlohmannIo()) prepare = [&prepared](size_t length) { prepared.Prepare(length); };
+  FXREMAT_ASSIGN_OR_RETURN(std::string contents, ReadFileContents(path, prepare));
+  size_t first = contents.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (contents[first] == '#' || contents[first] == 'd')) is_text = true;
   if (first == std::string::npos) return Status::BadInput("empty file", path);
   if (!is_text && contents.capacity() < contents.size() + simdjson::SIMDJSON_PADDING)
     contents.reserve(contents.size() + simdjson::SIMDJSON_PADDING);
   auto graph = is_text ? ParseGraph(contents)
-                       : ReadJson(contents, &contents, std::filesystem::absolute(path).parent_path().string());
+                       : ReadJson(contents, &contents, std::filesystem::absolute(path).parent_path().string(),
+                                  &prepared);
+  prepared.warmer.Stop();
   if (!graph.ok()) return graph.status().WithContext(path);
   return graph;
 }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <set>
 
 #include <unistd.h>
 #include <zlib.h>
@@ -15,6 +16,7 @@
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
 #include "src/json_internal.h"
+#include "src/populate_pages.h"
 
 namespace fs = std::filesystem;
 using namespace fxremat;
@@ -637,5 +639,149 @@ TEST_CASE("plain files are read whole and byte for byte with the JSON padding sp
   auto empty = LoadGraphFile(write("empty.json", ""));
   REQUIRE_FALSE(empty.ok());
   CHECK_THAT(empty.status().ToString(), Catch::Contains("empty file"));
+  fs::remove_all(dir);
+}
+
+// Note [Known field keys]: every key the reader asks for has its own slot, and
+// no other string finds one: not a key cut short or made longer, not one with
+// a character changed (first, middle or last: keys over 16 bytes are compared
+// in full once their first and last eight bytes match).
+TEST_CASE("Note [Known field keys]: each key finds its slot, no near miss finds one") {
+  const std::vector<std::string_view> keys = KnownFieldKeysForTesting();
+  REQUIRE(keys.size() >= 30);
+  const std::set<std::string_view> known(keys.begin(), keys.end());
+  REQUIRE(known.size() == keys.size());
+  for (size_t slot = 0; slot < keys.size(); ++slot) {
+    INFO(keys[slot]);
+    CHECK(KnownFieldSlotForTesting(keys[slot]) == static_cast<int>(slot));
+    const std::string key(keys[slot]);
+    std::vector<std::string> misses = {key.substr(0, key.size() - 1), key + "_", "_" + key, key + key};
+    for (size_t at : {size_t{0}, key.size() / 2, key.size() - 1}) {
+      std::string changed = key;
+      changed[at] = changed[at] == 'x' ? 'y' : 'x';
+      misses.push_back(changed);
+      changed[at] = static_cast<char>(std::toupper(static_cast<unsigned char>(key[at])));
+      if (changed != key) misses.push_back(changed);
+    }
+    for (const std::string& miss : misses) {
+      INFO(miss);
+      if (!known.count(miss)) CHECK(KnownFieldSlotForTesting(miss) == -1);
+    }
+  }
+  CHECK(KnownFieldSlotForTesting("") == -1);
+  CHECK(KnownFieldSlotForTesting(std::string_view("na\0e", 4)) == -1);
+}
+
+// Both front ends (Note [Two JSON front ends]) read a node's fields alike: a
+// repeated key in a node, its meta or its value facts keeps its last value,
+// a key the reader does not know is skipped, and an error names the same place.
+TEST_CASE("Note [Known field keys]: repeated and unknown keys read as nlohmann reads them") {
+  auto both = [](const std::string& json) {
+    auto simd = GraphFromJson(json);
+    auto nl = GraphFromJsonDocument(nlohmann::json::parse(json));
+    REQUIRE(simd.ok() == nl.ok());
+    if (!simd.ok()) {
+      CHECK(simd.status().ToString() == nl.status().ToString());
+      return std::string("error: ") + simd.status().ToString();
+    }
+    CHECK(GraphToJson(**simd) == GraphToJson(**nl));
+    return GraphToJson(**simd);
+  };
+  const std::string plain = ChainJson(3);
+  both(plain);
+  auto edited = [&](size_t node, std::string_view find, std::string_view replace) {
+    return ChainJson(3, [&](std::vector<std::string>& nodes) {
+      const size_t at = nodes[node].find(find);
+      REQUIRE(at != std::string::npos);
+      nodes[node].replace(at, find.size(), replace);
+    });
+  };
+  // The last dtype wins: float16, in both.
+  const std::string dtype_twice = both(edited(1, R"("dtype":"float32")", R"("dtype":"float32","dtype":"float16")"));
+  CHECK(dtype_twice.find("float16") != std::string::npos);
+  // The last val wins, and an unknown key beside it is skipped.
+  const std::string val_twice =
+      both(edited(2, R"("meta":{)", R"("meta":{"val":{"kind":"none"},"hint_of_nothing":[1,2],)"));
+  CHECK(val_twice == both(plain));
+  // A repeated op: the last one is read (and is refused here).
+  CHECK_THAT(both(edited(1, R"("op":"call_function")", R"("op":"call_function","op":"call_method")")),
+             Catch::Contains("unknown op 'call_method'"));
+  // A key that differs from a known one in its last byte is unknown: the node has no target.
+  CHECK_THAT(both(edited(1, R"("target":)", R"("targex":)")), Catch::Contains("has no target"));
+}
+
+// Note [Warming pages ahead]: mapping never changes memory, ranges of any size
+// and alignment may be queued, Drain() drops what is left, and a stopped
+// warmer refuses more work.
+TEST_CASE("Note [Warming pages ahead]: a PageWarmer maps without changing memory") {
+  constexpr size_t kBytes = (size_t{3} << 20) + 12345;
+  std::unique_ptr<std::byte[]> memory(new std::byte[kBytes]);
+  for (size_t i = 0; i < kBytes; i += 4096 / 4) memory[i] = static_cast<std::byte>(i * 31 % 251);
+  {
+    PageWarmer warmer;
+    CHECK(warmer.Queue(memory.get() + 1, 100));
+    CHECK(warmer.Queue(memory.get() + 7, kBytes - 7));
+    CHECK(warmer.Queue(memory.get(), 0));
+    warmer.Drain();
+    CHECK(warmer.Queue(memory.get(), kBytes));  // more after a Drain
+    warmer.Stop();
+    CHECK_FALSE(warmer.Queue(memory.get(), kBytes));
+  }
+  {
+    PageWarmer warmer;  // destroyed with work queued: it stops
+    for (int k = 0; k < 64; ++k) warmer.Queue(memory.get(), kBytes);
+  }
+  bool unchanged = true;
+  for (size_t i = 0; i < kBytes; i += 4096 / 4) unchanged &= memory[i] == static_cast<std::byte>(i * 31 % 251);
+  CHECK(unchanged);
+}
+
+// Note [Warming pages ahead]: LoadGraphFile allocates the parser's buffers
+// before it reads a document of 128 KiB to 16 MiB and maps them meanwhile.
+// The graph and every error are the ones GraphFromJson gives for the same text,
+// from a plain file, a gzip file, and a two-member gzip file whose stated
+// length (its last member's) is short of the text (the prepared buffers are
+// then too small and the parse allocates its own).
+TEST_CASE("Note [Warming pages ahead]: graphs and errors as without the warmer") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("fxremat_warm_test_{}", ::getpid());
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    const std::string path = (dir / name).string();
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+    std::fclose(f);
+    return path;
+  };
+  auto gzip = [&](const std::string& name, const std::vector<std::string_view>& members) {
+    const std::string path = (dir / name).string();
+    for (size_t k = 0; k < members.size(); ++k) {
+      gzFile f = gzopen(path.c_str(), k == 0 ? "wb" : "ab");
+      REQUIRE(f != nullptr);
+      REQUIRE(gzwrite(f, members[k].data(), static_cast<unsigned>(members[k].size())) ==
+              static_cast<int>(members[k].size()));
+      REQUIRE(gzclose(f) == Z_OK);
+    }
+    return path;
+  };
+  const std::string good = ChainJson(3000);
+  REQUIRE(good.size() > (size_t{128} << 10));
+  const std::string bad = ChainJson(3000, [](auto& nodes) {
+    nodes[2500].replace(nodes[2500].find("float32"), 7, "float99");
+  });
+  const std::string truncated = good.substr(0, good.size() - 10);
+  for (const std::string* text : {&good, &bad, &truncated}) {
+    auto expected = GraphFromJson(*text);
+    const std::string_view all(*text);
+    for (const std::string& path :
+         {write("g.json", *text), gzip("g.json.gz", {all}),
+          gzip("two.json.gz", {all.substr(0, all.size() - 1000), all.substr(all.size() - 1000)})}) {
+      INFO(path);
+      auto g = LoadGraphFile(path);
+      REQUIRE(g.ok() == expected.ok());
+      if (g.ok()) CHECK(GraphToJson(**g) == GraphToJson(**expected));
+      else CHECK(g.status().ToString() == expected.status().WithContext(path).ToString());
+    }
+  }
   fs::remove_all(dir);
 }
