@@ -288,16 +288,25 @@ void Graph::reserve(size_t n) {
 }
 
 void Graph::adoptNodeMemory(std::string&& memory, size_t nodes) {
+  if (memory.capacity() < kNodesPerChunk * sizeof(Node) || nodes == 0) return;  // freed by the caller as before
+  auto owner = std::make_shared<std::string>(std::move(memory));
+  std::byte* const base = reinterpret_cast<std::byte*>(owner->data());
+  const size_t capacity = owner->capacity();
+  adoptNodeMemory(std::move(owner), base, capacity, nodes);
+}
+
+void Graph::adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t nodes) {
   constexpr size_t kChunkBytes = kNodesPerChunk * sizeof(Node);
-  static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);  // the string's buffer is operator new's
+  static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);  // the buffers are operator new's
+  // Chunks the graph has already (adopted or reserved) serve the first of the nodes to come.
+  const size_t have = node_chunks_.size() - next_chunk_;
   const size_t wanted = (nodes + kNodesPerChunk - 1) / kNodesPerChunk;
-  const size_t chunks = std::min(memory.capacity() / kChunkBytes, wanted);
-  if (chunks == 0) return;  // too small to hold a chunk: freed by the caller as before
-  std::byte* const base = reinterpret_cast<std::byte*>(memory.data());
+  const size_t chunks = std::min(capacity / kChunkBytes, wanted > have ? wanted - have : 0);
+  if (chunks == 0) return;
   for (size_t c = 0; c < chunks; ++c) node_chunks_.push_back(base + c * kChunkBytes);
   const size_t used = chunks * kChunkBytes;
-  if (memory.capacity() > used) ReleasePages(base + used, memory.capacity() - used);
-  adopted_memory_.push_back(std::move(memory));
+  if (capacity > used) ReleasePages(base + used, capacity - used);
+  adopted_memory_.push_back(std::move(owner));
 }
 
 Node* Graph::outputNode() const {

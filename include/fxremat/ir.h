@@ -597,6 +597,11 @@ class Graph {
   // the system (MADV_DONTNEED). The string's contents are overwritten: it is
   // kept only as the owner of its buffer, which goes with the graph.
   void adoptNodeMemory(std::string&& memory, size_t nodes);
+  // The same for `capacity` bytes at `base`, allocated with operator new and
+  // kept alive by `owner` (Note [Recycled index pages] in src/json_io.cpp: the
+  // JSON parser's structural index). A buffer too small for a chunk is not
+  // taken: `owner` is dropped, and frees it, on return.
+  void adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t nodes);
 
  private:
   void renumber(size_t from);
@@ -626,7 +631,7 @@ class Graph {
   Node* allocateNode();
   std::vector<std::byte*> node_chunks_;  // in the order nodes use them
   std::vector<std::unique_ptr<std::byte[]>> owned_chunks_;
-  std::vector<std::string> adopted_memory_;  // adoptNodeMemory's buffers, holding chunks
+  std::vector<std::shared_ptr<void>> adopted_memory_;  // adoptNodeMemory's buffers, holding chunks
   size_t next_chunk_ = 0;              // the chunk that becomes current next
   std::byte* current_chunk_ = nullptr;
   size_t nodes_in_current_chunk_ = kNodesPerChunk;  // full: the next node starts a chunk

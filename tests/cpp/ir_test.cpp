@@ -260,3 +260,38 @@ TEST_CASE("adoptNodeMemory places the first nodes in the adopted buffer and rese
   h.adoptNodeMemory(std::move(more), 7);
   CHECK(h.unusedNodeMemory().size() == 1);
 }
+
+// Note [Recycled index pages]: a second buffer (kept alive by its owner) adds
+// chunks after the first's, only as many as the nodes still need; one the
+// nodes do not need is dropped at once.
+TEST_CASE("adoptNodeMemory takes a second buffer after the first, for the nodes the first cannot hold") {
+  constexpr size_t kChunk = 512;  // Graph::kNodesPerChunk
+  constexpr size_t kChunkBytes = kChunk * sizeof(Node);
+  Graph g;
+  std::string text(kChunkBytes + 10, 'x');  // one chunk
+  const std::byte* const first = reinterpret_cast<const std::byte*>(text.data());
+  g.adoptNodeMemory(std::move(text), 4 * kChunk);
+  REQUIRE(g.unusedNodeMemory().size() == 1);
+  std::shared_ptr<std::byte[]> index(new std::byte[5 * kChunkBytes]);  // five chunks; three are needed
+  std::weak_ptr<std::byte[]> index_alive = index;
+  std::byte* const second = index.get();
+  g.adoptNodeMemory(index, second, 5 * kChunkBytes, 4 * kChunk);
+  index.reset();
+  CHECK_FALSE(index_alive.expired());  // the graph keeps it
+  const auto chunks = g.unusedNodeMemory();
+  REQUIRE(chunks.size() == 4);
+  CHECK(chunks[0].first == first);
+  for (size_t c = 1; c < 4; ++c) CHECK(chunks[c].first == second + (c - 1) * kChunkBytes);
+  g.reserve(4 * kChunk);  // nothing more to allocate
+  CHECK(g.unusedNodeMemory().size() == 4);
+  for (size_t i = 0; i < 4 * kChunk; ++i) g.createNode(OpKind::kPlaceholder, fmt::format("p{}", i), "t")->val() = ValueFacts();
+  CHECK(reinterpret_cast<const std::byte*>(g.nodes().back().get()) >= second);
+  // Enough chunks already: a further buffer is not used, and its owner lets go of it.
+  std::shared_ptr<std::byte[]> spare(new std::byte[kChunkBytes]);
+  std::weak_ptr<std::byte[]> spare_alive = spare;
+  Graph h;
+  h.adoptNodeMemory(std::string(2 * kChunkBytes, 'z'), 3);
+  h.adoptNodeMemory(std::move(spare), spare_alive.lock().get(), kChunkBytes, 3);
+  CHECK(spare_alive.expired());
+  CHECK(h.unusedNodeMemory().size() == 1);
+}
