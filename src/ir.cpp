@@ -284,6 +284,7 @@ void Graph::reserve(size_t n) {
   for (; room < more; room += kNodesPerChunk) {
     owned_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);
     node_chunks_.push_back(owned_chunks_.back().get());
+    chunk_mapped_.push_back(false);
   }
 }
 
@@ -292,10 +293,12 @@ void Graph::adoptNodeMemory(std::string&& memory, size_t nodes) {
   auto owner = std::make_shared<std::string>(std::move(memory));
   std::byte* const base = reinterpret_cast<std::byte*>(owner->data());
   const size_t capacity = owner->capacity();
-  adoptNodeMemory(std::move(owner), base, capacity, nodes);
+  const size_t mapped = owner->size();  // the text, read into it
+  adoptNodeMemory(std::move(owner), base, capacity, mapped, nodes);
 }
 
-void Graph::adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t nodes) {
+void Graph::adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t mapped_bytes,
+                            size_t nodes) {
   constexpr size_t kChunkBytes = kNodesPerChunk * sizeof(Node);
   static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);  // the buffers are operator new's
   // Chunks the graph has already (adopted or reserved) serve the first of the nodes to come.
@@ -303,7 +306,10 @@ void Graph::adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t
   const size_t wanted = (nodes + kNodesPerChunk - 1) / kNodesPerChunk;
   const size_t chunks = std::min(capacity / kChunkBytes, wanted > have ? wanted - have : 0);
   if (chunks == 0) return;
-  for (size_t c = 0; c < chunks; ++c) node_chunks_.push_back(base + c * kChunkBytes);
+  for (size_t c = 0; c < chunks; ++c) {
+    node_chunks_.push_back(base + c * kChunkBytes);
+    chunk_mapped_.push_back((c + 1) * kChunkBytes <= mapped_bytes);
+  }
   const size_t used = chunks * kChunkBytes;
   if (capacity > used) ReleasePages(base + used, capacity - used);
   adopted_memory_.push_back(std::move(owner));
@@ -343,21 +349,24 @@ Node* Graph::allocateNode() {
       static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
       owned_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
       node_chunks_.push_back(owned_chunks_.back().get());
+      chunk_mapped_.push_back(false);
     }
+    const bool mapped = chunk_mapped_[next_chunk_];
     current_chunk_ = node_chunks_[next_chunk_++];
     // Note [Populated pages]: ~140,000 pages at a million nodes. synth_1m CLI,
     // three interleaved runs each: 5.72/5.42/5.47 s -> 5.14/5.32/5.38 s. A
     // chunk another thread mapped already costs a walk of its page tables.
-    PopulatePages(current_chunk_, kNodesPerChunk * sizeof(Node));
+    // Adopted memory the reader wrote (Note [Recycled text pages]) needs no walk.
+    if (!mapped) PopulatePages(current_chunk_, kNodesPerChunk * sizeof(Node));
     nodes_in_current_chunk_ = 0;
   }
   return reinterpret_cast<Node*>(current_chunk_ + sizeof(Node) * nodes_in_current_chunk_++);
 }
 
-std::vector<std::pair<std::byte*, size_t>> Graph::unusedNodeMemory() const {
-  std::vector<std::pair<std::byte*, size_t>> ranges;
+std::vector<Graph::NodeMemory> Graph::unusedNodeMemory() const {
+  std::vector<NodeMemory> ranges;
   for (size_t c = next_chunk_; c < node_chunks_.size(); ++c)
-    ranges.emplace_back(node_chunks_[c], kNodesPerChunk * sizeof(Node));
+    ranges.push_back({node_chunks_[c], kNodesPerChunk * sizeof(Node), chunk_mapped_[c]});
   return ranges;
 }
 

@@ -154,8 +154,8 @@ struct KnownKeyTable {
 };
 inline constexpr KnownKeyTable kKnownKeyTable{};
 
-// The slot of `key` in kFieldKeys, or -1.
-inline int KnownFieldSlot(std::string_view key) {
+// The slot of `key` in kFieldKeys, or -1. Inlined into SimdFields' loop.
+[[gnu::always_inline]] inline int KnownFieldSlot(std::string_view key) {
   const KeyPrint print = PrintOfKey(key);
   for (size_t b = KeyBucket(print, KnownKeyTable::kBuckets);; b = (b + 1) & (KnownKeyTable::kBuckets - 1)) {
     const KnownKeyTable::Entry& e = kKnownKeyTable.entries[b];
@@ -592,8 +592,8 @@ class GraphReader {
   void RecycleText(std::string&& text) { recycled_text_ = std::move(text); }
   // The parser's structural index, no longer read: more node arena after the
   // text's (Note [Recycled index pages]).
-  void RecycleIndex(std::shared_ptr<void> owner, std::byte* base, size_t capacity) {
-    recycled_index_ = {std::move(owner), base, capacity};
+  void RecycleIndex(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t mapped_bytes) {
+    recycled_index_ = {std::move(owner), base, capacity, mapped_bytes};
   }
   // A thread to map the node arena's pages ahead of the nodes (Note [Warming
   // pages ahead]); it must outlive Read.
@@ -692,7 +692,7 @@ class GraphReader {
   struct {
     std::shared_ptr<void> owner;
     std::byte* base = nullptr;
-    size_t capacity = 0;
+    size_t capacity = 0, mapped_bytes = 0;
   } recycled_index_;  // RecycleIndex's
   PageWarmer* warmer_ = nullptr;  // WarmNodeMemoryWith's
   const JsonPath root_;
@@ -1667,8 +1667,8 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
   // Note [Populated pages]: the second thread maps the arena pages of the
   // nodes it parsed, before the first creates them there (node k goes to
   // chunk k / kNodesPerChunk of the fresh graph's arena, reserved by Read).
-  const std::vector<std::pair<std::byte*, size_t>> arena = graph_->unusedNodeMemory();
-  const size_t nodes_per_chunk = arena.empty() ? count : std::max<size_t>(1, arena[0].second / sizeof(Node));
+  const std::vector<Graph::NodeMemory> arena = graph_->unusedNodeMemory();
+  const size_t nodes_per_chunk = arena.empty() ? count : std::max<size_t>(1, arena[0].size / sizeof(Node));
   auto second_thread = [&] {
     ParseState state;
     state.later_names = &later_names;
@@ -1690,7 +1690,7 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
         parse_block(b, state, statuses[1]);
         for (size_t c = b * nodes_per_block / nodes_per_chunk;
              c < arena.size() && c * nodes_per_chunk < (b + 1) * nodes_per_block; ++c)
-          PopulatePages(arena[c].first, arena[c].second);
+          if (!arena[c].mapped) PopulatePages(arena[c].begin, arena[c].size);
       }
     } catch (const std::exception& e) {
       statuses[1] = Status::Internal(e.what());
@@ -1825,14 +1825,16 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   graph_->adoptNodeMemory(std::move(recycled_text_), count);
   std::string().swap(recycled_text_);  // too small for a chunk: freed now, as it was
   if (recycled_index_.owner)
-    graph_->adoptNodeMemory(std::move(recycled_index_.owner), recycled_index_.base, recycled_index_.capacity, count);
+    graph_->adoptNodeMemory(std::move(recycled_index_.owner), recycled_index_.base, recycled_index_.capacity,
+                            recycled_index_.mapped_bytes, count);
   graph_->reserve(count);
   created_.reserve(count);
   const bool on_two_threads = two_threads_ && count >= NodesForTwoThreads() && nesting_ == 0;
   // Read alone, the arena is mapped by the warmer; on two threads, by the
   // second as it goes (Note [Populated pages]).
   if (warmer_ && !on_two_threads)
-    for (const auto& [begin, size] : graph_->unusedNodeMemory()) warmer_->Queue(begin, size);
+    for (const Graph::NodeMemory& chunk : graph_->unusedNodeMemory())
+      if (!chunk.mapped) warmer_->Queue(chunk.begin, chunk.size);
   if (on_two_threads) {
     // Note [Reading nodes on two threads]: a document the try refuses is read
     // again by one thread, whose first error is the one to report.
@@ -2605,7 +2607,7 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
   simdjson::dom::document& document = use_prepared ? prepared->document : own_document;
   bool parsed = false;
   std::shared_ptr<uint32_t[]> index;  // the parser's structural index, once parsed
-  size_t index_bytes = 0;
+  size_t index_bytes = 0, index_written = 0;
   {
     ScopedPhase phase("parse-json");
     // The parser's depth limit is kMaxJsonDepth: whatever it accepts, CheckJsonDepth does.
@@ -2628,6 +2630,7 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
     simdjson::internal::dom_parser_implementation& stages = *parser.implementation;
     if (parsed && stages.structural_indexes) {
       index_bytes = 4 * parser.capacity();
+      index_written = std::min(index_bytes, sizeof(uint32_t) * size_t{stages.n_structural_indexes});
       index = std::shared_ptr<uint32_t[]>(stages.structural_indexes.release());
     }
   }
@@ -2637,7 +2640,7 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
   if (owned) reader.RecycleText(std::move(*owned));
   if (index) {
     std::byte* const base = reinterpret_cast<std::byte*>(index.get());
-    reader.RecycleIndex(std::move(index), base, index_bytes);
+    reader.RecycleIndex(std::move(index), base, index_bytes, index_written);
   }
   if (prepared) reader.WarmNodeMemoryWith(&prepared->warmer);
   return reader.Read(SimdValue(document.root()));

@@ -589,7 +589,13 @@ class Graph {
   // pages ahead (PopulatePages, Note [Populated pages] in
   // src/populate_pages.h) while this graph's thread creates nodes; the ranges
   // stay valid as long as the graph. Their contents are not to be touched.
-  std::vector<std::pair<std::byte*, size_t>> unusedNodeMemory() const;
+  // `mapped`: adopted memory the reader wrote already, which needs no mapping.
+  struct NodeMemory {
+    std::byte* begin;
+    size_t size;
+    bool mapped;
+  };
+  std::vector<NodeMemory> unusedNodeMemory() const;
   // Note [Recycled text pages]: takes over `memory` (a file's text the reader
   // is done with) as arena chunks for up to `nodes` of the nodes still to
   // come, before reserve(). Its pages are mapped already, so the nodes placed
@@ -601,7 +607,10 @@ class Graph {
   // kept alive by `owner` (Note [Recycled index pages] in src/json_io.cpp: the
   // JSON parser's structural index). A buffer too small for a chunk is not
   // taken: `owner` is dropped, and frees it, on return.
-  void adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t nodes);
+  // Its first `mapped_bytes` are mapped already: a chunk among them is not
+  // mapped again when nodes start using it.
+  void adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t mapped_bytes,
+                       size_t nodes);
 
  private:
   void renumber(size_t from);
@@ -630,6 +639,7 @@ class Graph {
   static constexpr size_t kNodesPerChunk = 512;
   Node* allocateNode();
   std::vector<std::byte*> node_chunks_;  // in the order nodes use them
+  std::vector<bool> chunk_mapped_;       // by chunk: its pages are known to be mapped (adopted ones)
   std::vector<std::unique_ptr<std::byte[]>> owned_chunks_;
   std::vector<std::shared_ptr<void>> adopted_memory_;  // adoptNodeMemory's buffers, holding chunks
   size_t next_chunk_ = 0;              // the chunk that becomes current next

@@ -178,12 +178,12 @@ TEST_CASE("reserve allocates the node arena ahead; unusedNodeMemory is the part 
   g.reserve(1000);
   const auto reserved = g.unusedNodeMemory();
   size_t bytes = 0;
-  for (const auto& [begin, size] : reserved) bytes += size;
+  for (const auto& [begin, size, mapped] : reserved) bytes += size;
   CHECK(bytes >= 1000 * sizeof(Node));
   CHECK(bytes < (1000 + 512) * sizeof(Node));  // whole chunks, no more than needed
   auto inside = [&](const Node* n) {
     const std::byte* p = reinterpret_cast<const std::byte*>(n);
-    for (const auto& [begin, size] : reserved)
+    for (const auto& [begin, size, mapped] : reserved)
       if (p >= begin && p + sizeof(Node) <= begin + size) return true;
     return false;
   };
@@ -194,7 +194,7 @@ TEST_CASE("reserve allocates the node arena ahead; unusedNodeMemory is the part 
     made.push_back(n);
   }
   for (const Node* n : made) CHECK(inside(n));
-  CHECK(made[0] == reinterpret_cast<const Node*>(reserved[0].first));  // the first node starts the first chunk
+  CHECK(made[0] == reinterpret_cast<const Node*>(reserved[0].begin));  // the first node starts the first chunk
   CHECK(g.unusedNodeMemory().empty());
   // Room for more, counted from the nodes there are: the current chunk has 24
   // slots left (1000 of 2 x 512 used), so 600 more take two new chunks.
@@ -203,7 +203,7 @@ TEST_CASE("reserve allocates the node arena ahead; unusedNodeMemory is the part 
   CHECK(more.size() == 2);
   Node* last = nullptr;
   for (int i = 0; i < 25; ++i) last = g.createNode(OpKind::kPlaceholder, fmt::format("q{}", i), fmt::format("q{}", i));
-  CHECK(last == reinterpret_cast<const Node*>(more[0].first));  // the 25th starts the first new chunk
+  CHECK(last == reinterpret_cast<const Node*>(more[0].begin));  // the 25th starts the first new chunk
   CHECK(g.unusedNodeMemory().size() == 1);
 }
 
@@ -240,8 +240,8 @@ TEST_CASE("adoptNodeMemory places the first nodes in the adopted buffer and rese
   g.adoptNodeMemory(std::move(text), 3 * kChunk);
   const auto adopted = g.unusedNodeMemory();
   REQUIRE(adopted.size() == 2);
-  CHECK(adopted[0].first == buffer);
-  CHECK(adopted[1].first == buffer + kChunk * sizeof(Node));
+  CHECK(adopted[0].begin == buffer);
+  CHECK(adopted[1].begin == buffer + kChunk * sizeof(Node));
   g.reserve(3 * kChunk);  // one chunk more
   REQUIRE(g.unusedNodeMemory().size() == 3);
   std::vector<Node*> made;
@@ -275,13 +275,19 @@ TEST_CASE("adoptNodeMemory takes a second buffer after the first, for the nodes 
   std::shared_ptr<std::byte[]> index(new std::byte[5 * kChunkBytes]);  // five chunks; three are needed
   std::weak_ptr<std::byte[]> index_alive = index;
   std::byte* const second = index.get();
-  g.adoptNodeMemory(index, second, 5 * kChunkBytes, 4 * kChunk);
+  g.adoptNodeMemory(index, second, 5 * kChunkBytes, kChunkBytes, 4 * kChunk);
   index.reset();
   CHECK_FALSE(index_alive.expired());  // the graph keeps it
   const auto chunks = g.unusedNodeMemory();
   REQUIRE(chunks.size() == 4);
-  CHECK(chunks[0].first == first);
-  for (size_t c = 1; c < 4; ++c) CHECK(chunks[c].first == second + (c - 1) * kChunkBytes);
+  CHECK(chunks[0].begin == first);
+  for (size_t c = 1; c < 4; ++c) CHECK(chunks[c].begin == second + (c - 1) * kChunkBytes);
+  // Mapped: the text's chunk (its bytes were written) and the second buffer's
+  // first chunk (kChunkBytes of it said to be); not the other two.
+  CHECK(chunks[0].mapped);
+  CHECK(chunks[1].mapped);
+  CHECK_FALSE(chunks[2].mapped);
+  CHECK_FALSE(chunks[3].mapped);
   g.reserve(4 * kChunk);  // nothing more to allocate
   CHECK(g.unusedNodeMemory().size() == 4);
   for (size_t i = 0; i < 4 * kChunk; ++i) g.createNode(OpKind::kPlaceholder, fmt::format("p{}", i), "t")->val() = ValueFacts();
@@ -291,7 +297,7 @@ TEST_CASE("adoptNodeMemory takes a second buffer after the first, for the nodes 
   std::weak_ptr<std::byte[]> spare_alive = spare;
   Graph h;
   h.adoptNodeMemory(std::string(2 * kChunkBytes, 'z'), 3);
-  h.adoptNodeMemory(std::move(spare), spare_alive.lock().get(), kChunkBytes, 3);
+  h.adoptNodeMemory(std::move(spare), spare_alive.lock().get(), kChunkBytes, kChunkBytes, 3);
   CHECK(spare_alive.expired());
   CHECK(h.unusedNodeMemory().size() == 1);
 }
