@@ -2541,8 +2541,10 @@ simdjson::error_code ParseIntoDocument(simdjson::dom::parser& parser, simdjson::
 // [Warming pages ahead]), for texts of WarmPagesFrom() bytes up to
 // kMapOnAnotherThreadFrom (larger ones map their own, Note [Populated tape]).
 // The warmer then maps the node arena while the graph is built.
-// FXREMAT_WARM_PAGES_FROM=N: from N bytes (benchmarks compare with it off).
-inline size_t WarmPagesFrom() { return SizeFromEnv("FXREMAT_WARM_PAGES_FROM", size_t{128} << 10); }
+// FXREMAT_WARM_PAGES_FROM=N: from N bytes (benchmarks compare with it off,
+// tests turn it on for small documents); 1 MB by default (Note [Warming pages
+// ahead]).
+inline size_t WarmPagesFrom() { return SizeFromEnv("FXREMAT_WARM_PAGES_FROM", size_t{1} << 20); }
 struct PreparedParse {
   simdjson::dom::parser parser;
   simdjson::dom::document document;

@@ -737,12 +737,19 @@ TEST_CASE("Note [Warming pages ahead]: a PageWarmer maps without changing memory
 }
 
 // Note [Warming pages ahead]: LoadGraphFile allocates the parser's buffers
-// before it reads a document of 128 KiB to 16 MiB and maps them meanwhile.
+// before it reads a document of 1 MB (here 128 KiB) to 16 MiB and maps them
+// meanwhile.
 // The graph and every error are the ones GraphFromJson gives for the same text,
 // from a plain file, a gzip file, and a two-member gzip file whose stated
 // length (its last member's) is short of the text (the prepared buffers are
 // then too small and the parse allocates its own).
+struct WarmPagesFrom {
+  explicit WarmPagesFrom(const char* n) { setenv("FXREMAT_WARM_PAGES_FROM", n, 1); }
+  ~WarmPagesFrom() { unsetenv("FXREMAT_WARM_PAGES_FROM"); }
+};
+
 TEST_CASE("Note [Warming pages ahead]: graphs and errors as without the warmer") {
+  WarmPagesFrom warm_from("131072");
   const fs::path dir = fs::temp_directory_path() / fmt::format("fxremat_warm_test_{}", ::getpid());
   fs::create_directories(dir);
   auto write = [&](const std::string& name, const std::string& bytes) {
