@@ -474,9 +474,11 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
     phase_rows = [r for r in rows if r.get("cli_phases")]
     if phase_rows:
         add("Where the CLI's time goes, by phase (medians, from `FXREMAT_PHASES=1 fxremat partition ...`, which")
-        add("times each phase with `fxremat/phases.h`). Phases nest: **build-graph** includes **index-names** (a")
-        add("large document's node names, indexed before its nodes are read on two threads: Note [Reading nodes on")
-        add("two threads]), **prepare** includes the `find-*` / `has-*` checks and any preparation passes, **cut**")
+        add("times each phase with `fxremat/phases.h`). **read-file** includes, for a document of 1 MB to 16 MiB,")
+        add("allocating the parser's buffers and starting the thread that maps them while the file is read (Note")
+        add("[Warming pages ahead]). Phases nest: **build-graph** includes **index-names** (the node names of a")
+        add("document of 5,000 nodes or more, indexed before its nodes are read on two threads: Note [Reading nodes")
+        add("on two threads]), **prepare** includes the `find-*` / `has-*` checks and any preparation passes, **cut**")
         add("includes classify, solve, extract and check-signature. **write-files** is the wall time of writing")
         add("the three files, each on its own thread, while a fourth simulates the step's peak")
         add("(**simulate-peak**) and builds signature.json's text (**write-signature**) and the summary")
