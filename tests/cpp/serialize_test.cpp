@@ -520,6 +520,37 @@ TEST_CASE("the streamed signature is byte for byte the document's dump") {
   }
 }
 
+// `bytes` as the file `dir`/`name`; its path.
+std::string WriteTestFile(const fs::path& dir, const std::string& name, std::string_view bytes) {
+  const std::string path = (dir / name).string();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+  std::fclose(f);
+  return path;
+}
+
+// A gzip file of one member per entry of `members` ("ab" appends a new
+// member), then `tail` as it is; its path.
+std::string WriteTestGzip(const fs::path& dir, const std::string& name, const std::vector<std::string_view>& members,
+                          std::string_view tail = "") {
+  const std::string path = (dir / name).string();
+  for (size_t k = 0; k < members.size(); ++k) {
+    gzFile f = gzopen(path.c_str(), k == 0 ? "wb" : "ab");
+    REQUIRE(f != nullptr);
+    REQUIRE(gzwrite(f, members[k].data(), static_cast<unsigned>(members[k].size())) ==
+            static_cast<int>(members[k].size()));
+    REQUIRE(gzclose(f) == Z_OK);
+  }
+  if (!tail.empty()) {
+    std::FILE* f = std::fopen(path.c_str(), "ab");
+    REQUIRE(f != nullptr);
+    std::fwrite(tail.data(), 1, tail.size(), f);
+    std::fclose(f);
+  }
+  return path;
+}
+
 // ReadFileContents inflates a .gz in one libdeflate call when it can, and
 // reads with zlib what that call refuses (Note in src/json_io.cpp): several
 // gzip members, data after the stream, a truncated stream. Each gives what
@@ -533,19 +564,7 @@ TEST_CASE("gzip files: several members, trailing bytes and truncation read as zl
   const fs::path dir = fs::temp_directory_path() / fmt::format("fxremat_gzip_test_{}", ::getpid());
   fs::create_directories(dir);
   auto gzip = [&](const std::string& name, const std::vector<std::string_view>& members, std::string_view tail) {
-    const std::string path = (dir / name).string();
-    for (size_t k = 0; k < members.size(); ++k) {
-      gzFile f = gzopen(path.c_str(), k == 0 ? "wb" : "ab");  // "ab" appends a new member
-      REQUIRE(f != nullptr);
-      REQUIRE(gzwrite(f, members[k].data(), static_cast<unsigned>(members[k].size())) == static_cast<int>(members[k].size()));
-      REQUIRE(gzclose(f) == Z_OK);
-    }
-    if (!tail.empty()) {
-      std::FILE* f = std::fopen(path.c_str(), "ab");
-      std::fwrite(tail.data(), 1, tail.size(), f);
-      std::fclose(f);
-    }
-    return path;
+    return WriteTestGzip(dir, name, members, tail);
   };
   const std::string_view all(*text);
   const std::string one = gzip("one.json.gz", {all}, "");
@@ -603,14 +622,7 @@ TEST_CASE("gzip files: several members, trailing bytes and truncation read as zl
 TEST_CASE("plain files are read whole and byte for byte with the JSON padding spare") {
   const fs::path dir = fs::temp_directory_path() / fmt::format("fxremat_plain_read_test_{}", ::getpid());
   fs::create_directories(dir);
-  auto write = [&](const std::string& name, const std::string& bytes) {
-    const std::string path = (dir / name).string();
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    REQUIRE(f != nullptr);
-    REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
-    std::fclose(f);
-    return path;
-  };
+  auto write = [&](const std::string& name, const std::string& bytes) { return WriteTestFile(dir, name, bytes); };
   constexpr size_t kTwoThreads = size_t{16} << 20;  // kMapOnAnotherThreadFrom
   for (size_t size : {size_t{1}, size_t{3}, size_t{4095}, size_t{4097}, kTwoThreads - 1, kTwoThreads,
                       kTwoThreads + 4097}) {
@@ -752,24 +764,9 @@ TEST_CASE("Note [Warming pages ahead]: graphs and errors as without the warmer")
   WarmPagesFrom warm_from("131072");
   const fs::path dir = fs::temp_directory_path() / fmt::format("fxremat_warm_test_{}", ::getpid());
   fs::create_directories(dir);
-  auto write = [&](const std::string& name, const std::string& bytes) {
-    const std::string path = (dir / name).string();
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    REQUIRE(f != nullptr);
-    REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
-    std::fclose(f);
-    return path;
-  };
+  auto write = [&](const std::string& name, const std::string& bytes) { return WriteTestFile(dir, name, bytes); };
   auto gzip = [&](const std::string& name, const std::vector<std::string_view>& members) {
-    const std::string path = (dir / name).string();
-    for (size_t k = 0; k < members.size(); ++k) {
-      gzFile f = gzopen(path.c_str(), k == 0 ? "wb" : "ab");
-      REQUIRE(f != nullptr);
-      REQUIRE(gzwrite(f, members[k].data(), static_cast<unsigned>(members[k].size())) ==
-              static_cast<int>(members[k].size()));
-      REQUIRE(gzclose(f) == Z_OK);
-    }
-    return path;
+    return WriteTestGzip(dir, name, members);
   };
   const std::string good = ChainJson(3000);
   REQUIRE(good.size() > (size_t{128} << 10));
