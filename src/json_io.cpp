@@ -204,11 +204,9 @@ class NlohmannValue {
   int64_t int64() const { return j_->get<int64_t>(); }
   // The value, when it is an integer of int64's range: a quick IsInteger + int64().
   bool get_int64(int64_t& out) const {
-    if (j_->is_number_integer() && kind() == JKind::kInt) {
-      out = int64();
-      return true;
-    }
-    return false;
+    if (kind() != JKind::kInt) return false;
+    out = int64();
+    return true;
   }
   uint64_t uint64() const { return j_->get<uint64_t>(); }
   double number() const { return j_->get<double>(); }
@@ -592,8 +590,8 @@ class GraphReader {
   void RecycleText(std::string&& text) { recycled_text_ = std::move(text); }
   // The parser's structural index, no longer read: more node arena after the
   // text's (Note [Recycled index pages]).
-  void RecycleIndex(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t mapped_bytes) {
-    recycled_index_ = {std::move(owner), base, capacity, mapped_bytes};
+  void RecycleIndex(std::shared_ptr<uint32_t[]> index, size_t capacity, size_t mapped_bytes) {
+    recycled_index_ = {std::move(index), capacity, mapped_bytes};
   }
   // A thread to map the node arena's pages ahead of the nodes (Note [Warming
   // pages ahead]); it must outlive Read.
@@ -690,8 +688,7 @@ class GraphReader {
   std::vector<Node*> created_;
   std::string recycled_text_;  // RecycleText's
   struct {
-    std::shared_ptr<void> owner;
-    std::byte* base = nullptr;
+    std::shared_ptr<uint32_t[]> index;
     size_t capacity = 0, mapped_bytes = 0;
   } recycled_index_;  // RecycleIndex's
   PageWarmer* warmer_ = nullptr;  // WarmNodeMemoryWith's
@@ -1047,8 +1044,7 @@ Status GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& path, ParseSta
     const JsonPath items_path(path, "items");
     size_t i = 0;
     FXREMAT_RETURN_IF_ERROR(items->each([&](const V& item_json) -> Status {
-      FXREMAT_RETURN_IF_ERROR(ReadValueFacts(item_json, JsonPath(items_path, i++), state, v.items.emplace_back(), depth + 1));
-      return Status::Ok();
+      return ReadValueFacts(item_json, JsonPath(items_path, i++), state, v.items.emplace_back(), depth + 1);
     }));
   } else if (kind == "none") {
     v.kind = ValueFacts::Kind::kNone;
@@ -1824,8 +1820,8 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   const size_t count = nodes_field->size();
   graph_->adoptNodeMemory(std::move(recycled_text_), count);
   std::string().swap(recycled_text_);  // too small for a chunk: freed now, as it was
-  if (recycled_index_.owner)
-    graph_->adoptNodeMemory(std::move(recycled_index_.owner), recycled_index_.base, recycled_index_.capacity,
+  if (std::byte* const base = reinterpret_cast<std::byte*>(recycled_index_.index.get()))
+    graph_->adoptNodeMemory(std::move(recycled_index_.index), base, recycled_index_.capacity,
                             recycled_index_.mapped_bytes, count);
   graph_->reserve(count);
   created_.reserve(count);
@@ -2613,9 +2609,9 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
   {
     ScopedPhase phase("parse-json");
     // The parser's depth limit is kMaxJsonDepth: whatever it accepts, CheckJsonDepth does.
-    // Its index buffers go at the end of this block; the document keeps the tape and strings.
-    simdjson::dom::parser own_parser;
-    simdjson::dom::parser parser = use_prepared ? std::move(prepared->parser) : std::move(own_parser);
+    // Its buffers go at the end of this block, but for the index the graph takes (below);
+    // the document keeps the tape and strings.
+    simdjson::dom::parser parser = use_prepared ? std::move(prepared->parser) : simdjson::dom::parser();
     parsed = (use_prepared || parser.allocate(text.size(), kMaxJsonDepth) == simdjson::SUCCESS) &&
              ParseIntoDocument(parser, document, reinterpret_cast<const uint8_t*>(text.data()), text.size(),
                                /*padded=*/owned != nullptr) == simdjson::SUCCESS;
@@ -2640,10 +2636,7 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
   ScopedPhase phase("build-graph");
   GraphReader<SimdValue> reader(sidecar_dir);
   if (owned) reader.RecycleText(std::move(*owned));
-  if (index) {
-    std::byte* const base = reinterpret_cast<std::byte*>(index.get());
-    reader.RecycleIndex(std::move(index), base, index_bytes, index_written);
-  }
+  if (index) reader.RecycleIndex(std::move(index), index_bytes, index_written);
   if (prepared) reader.WarmNodeMemoryWith(&prepared->warmer);
   return reader.Read(SimdValue(document.root()));
 }

@@ -27,12 +27,14 @@
 
 namespace fxremat {
 
+// The page size these helpers assume (Linux x86-64 and aarch64's default).
+inline constexpr uintptr_t kPageBytes = 4096;
+
 #if defined(__linux__)
 // madvise(advice) over the whole pages of [begin, begin + size); best effort.
 inline void AdviseWholePages(void* begin, size_t size, int advice) {
-  constexpr uintptr_t kPage = 4096;
-  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + kPage - 1) & ~(kPage - 1);
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size) & ~(kPage - 1);
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + kPageBytes - 1) & ~(kPageBytes - 1);
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size) & ~(kPageBytes - 1);
   if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, advice);
 }
 #endif
@@ -167,7 +169,7 @@ class PageWarmer {
       auto& [begin, size] = queue_.front();
       // Steps end on a page boundary: PopulatePages maps whole pages only.
       const size_t step =
-          size <= kStep ? size : kStep - (reinterpret_cast<uintptr_t>(begin + kStep) & (size_t{4096} - 1));
+          size <= kStep ? size : kStep - (reinterpret_cast<uintptr_t>(begin + kStep) & (kPageBytes - 1));
       std::byte* const at = begin;
       begin += step;
       size -= step;
