@@ -276,6 +276,7 @@ Node* Graph::findNode(std::string_view name) const {
 
 void Graph::reserve(size_t n) {
   nodes_.reserve(n);
+  reserved_nodes_ = n;
   if (names_indexed_) by_name_.reserve(n);
   // Arena room for the nodes still to come: what the current chunk has left,
   // then the unused chunks.
@@ -284,7 +285,7 @@ void Graph::reserve(size_t n) {
   for (; room < more; room += kNodesPerChunk) {
     owned_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);
     node_chunks_.push_back(owned_chunks_.back().get());
-    chunk_mapped_.push_back(false);
+    chunk_mapped_bytes_.push_back(0);
   }
 }
 
@@ -308,7 +309,7 @@ void Graph::adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t
   if (chunks == 0) return;
   for (size_t c = 0; c < chunks; ++c) {
     node_chunks_.push_back(base + c * kChunkBytes);
-    chunk_mapped_.push_back((c + 1) * kChunkBytes <= mapped_bytes);
+    chunk_mapped_bytes_.push_back(std::min(kChunkBytes, mapped_bytes - std::min(mapped_bytes, c * kChunkBytes)));
   }
   const size_t used = chunks * kChunkBytes;
   if (capacity > used) ReleasePages(base + used, capacity - used);
@@ -349,15 +350,21 @@ Node* Graph::allocateNode() {
       static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
       owned_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
       node_chunks_.push_back(owned_chunks_.back().get());
-      chunk_mapped_.push_back(false);
+      chunk_mapped_bytes_.push_back(0);
     }
-    const bool mapped = chunk_mapped_[next_chunk_];
+    const size_t mapped = chunk_mapped_bytes_[next_chunk_];
     current_chunk_ = node_chunks_[next_chunk_++];
     // Note [Populated pages]: ~140,000 pages at a million nodes. synth_1m CLI,
     // three interleaved runs each: 5.72/5.42/5.47 s -> 5.14/5.32/5.38 s. A
     // chunk another thread mapped already costs a walk of its page tables.
-    // Adopted memory the reader wrote (Note [Recycled text pages]) needs no walk.
-    if (!mapped) PopulatePages(current_chunk_, kNodesPerChunk * sizeof(Node));
+    // Adopted memory the reader wrote (Note [Recycled text pages]) needs no
+    // walk. Only the slots of the nodes reserve() expects are mapped: the
+    // last chunk of a small graph (a 1,000-node graph's second, a copy's
+    // only one) is mostly never used.
+    size_t needed = kNodesPerChunk * sizeof(Node);
+    if (reserved_nodes_ > nodes_.size() && reserved_nodes_ - nodes_.size() < kNodesPerChunk)
+      needed = (reserved_nodes_ - nodes_.size()) * sizeof(Node);
+    if (needed > mapped) PopulatePages(current_chunk_ + mapped, needed - mapped);
     nodes_in_current_chunk_ = 0;
   }
   return reinterpret_cast<Node*>(current_chunk_ + sizeof(Node) * nodes_in_current_chunk_++);
@@ -366,7 +373,7 @@ Node* Graph::allocateNode() {
 std::vector<Graph::NodeMemory> Graph::unusedNodeMemory() const {
   std::vector<NodeMemory> ranges;
   for (size_t c = next_chunk_; c < node_chunks_.size(); ++c)
-    ranges.push_back({node_chunks_[c], kNodesPerChunk * sizeof(Node), chunk_mapped_[c]});
+    ranges.push_back({node_chunks_[c], kNodesPerChunk * sizeof(Node), chunk_mapped_bytes_[c]});
   return ranges;
 }
 

@@ -1686,7 +1686,7 @@ Status GraphReader<V>::ReadNodesOnTwoThreads(const V& nodes_field, size_t count)
         parse_block(b, state, statuses[1]);
         for (size_t c = b * nodes_per_block / nodes_per_chunk;
              c < arena.size() && c * nodes_per_chunk < (b + 1) * nodes_per_block; ++c)
-          if (!arena[c].mapped) PopulatePages(arena[c].begin, arena[c].size);
+          PopulatePages(arena[c].begin + arena[c].mapped_bytes, arena[c].size - arena[c].mapped_bytes);
       }
     } catch (const std::exception& e) {
       statuses[1] = Status::Internal(e.what());
@@ -1830,7 +1830,7 @@ Expected<std::unique_ptr<Graph>> GraphReader<V>::Read(const V& doc) {
   // second as it goes (Note [Populated pages]).
   if (warmer_ && !on_two_threads)
     for (const Graph::NodeMemory& chunk : graph_->unusedNodeMemory())
-      if (!chunk.mapped) warmer_->Queue(chunk.begin, chunk.size);
+      warmer_->Queue(chunk.begin + chunk.mapped_bytes, chunk.size - chunk.mapped_bytes);
   if (on_two_threads) {
     // Note [Reading nodes on two threads]: a document the try refuses is read
     // again by one thread, whose first error is the one to report.
@@ -2637,7 +2637,10 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
   GraphReader<SimdValue> reader(sidecar_dir);
   if (owned) reader.RecycleText(std::move(*owned));
   if (index) reader.RecycleIndex(std::move(index), index_bytes, index_written);
-  if (prepared) reader.WarmNodeMemoryWith(&prepared->warmer);
+  // Only a warmer that had buffers to map (a text of WarmPagesFrom() bytes or
+  // more) maps the arena: for a smaller one, starting its thread now costs
+  // more than the arena's few pages (synth_1k: see the commit).
+  if (prepared && use_prepared) reader.WarmNodeMemoryWith(&prepared->warmer);
   return reader.Read(SimdValue(document.root()));
 }
 
@@ -2886,6 +2889,20 @@ nlohmann::ordered_json GraphToJsonDocument(const Graph& graph, const std::string
 // Files
 // ---------------------------------------------------------------------------
 
+// The capacity a file's text is read into: its length, simdjson's padding
+// and a NUL; from half an arena chunk on, rounded up to whole chunks. The
+// graph takes the text's buffer as node arena in whole chunks (Note [Recycled
+// text pages]); without the rounding the text's last, partly filled chunk was
+// left out (all of synth_1k's 288 KB, a few KB short of a chunk) and the nodes
+// went to fresh pages instead. Address space only: the pages past the text
+// are mapped when nodes reach them.
+size_t TextCapacity(size_t length) {
+  const size_t needed = length + simdjson::SIMDJSON_PADDING + 1;
+  constexpr size_t kChunkBytes = Graph::NodeChunkBytes();
+  if (2 * length < kChunkBytes) return needed;
+  return (needed + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
+}
+
 #ifdef FXREMAT_HAVE_LIBDEFLATE
 // A whole gzip file (one or more members) decompressed by libdeflate into a
 // string of `isize` bytes (the last member's trailer) plus simdjson's padding;
@@ -2904,7 +2921,7 @@ std::optional<std::string> InflateWhole(const std::string& path, size_t file_siz
                                                                               libdeflate_free_decompressor);
   if (!d) return std::nullopt;
   std::string out;
-  out.reserve(isize + simdjson::SIMDJSON_PADDING + 1);
+  out.reserve(TextCapacity(isize));
   // Note [Populated pages]. ISIZE is the file's word: the pages mapped ahead
   // are bounded by what deflate plausibly gives (graph JSON compresses 10-20
   // times); a file that claims more maps the rest by faults, as before.
@@ -2940,7 +2957,7 @@ std::optional<std::string> ReadPlainWhole(const std::string& path, size_t file_s
     ~CloseAtReturn() { ::close(fd); }
   } close_at_return{fd};
   std::string out;
-  out.reserve(file_size + simdjson::SIMDJSON_PADDING + 1);
+  out.reserve(TextCapacity(file_size));
   PopulatePagesOnTwoThreads(out.data(), file_size);
   out.resize(file_size);
   auto read_range = [&](size_t from, size_t to) {

@@ -35,7 +35,7 @@ void PhaseLog::Merge(const PhaseLog& other) {
 
 std::string PhaseLog::ToText() const {
   std::string out = fmt::format("{:<28} {:>10} {:>6}\n", "phase", "ms", "count");
-  for (const Entry& e : entries_) out += fmt::format("{:<28} {:>10.1f} {:>6}\n", e.name, e.ms, e.count);
+  for (const Entry& e : entries_) out += fmt::format("{:<28} {:>10.3f} {:>6}\n", e.name, e.ms, e.count);
   return out;
 }
 

@@ -589,11 +589,12 @@ class Graph {
   // pages ahead (PopulatePages, Note [Populated pages] in
   // src/populate_pages.h) while this graph's thread creates nodes; the ranges
   // stay valid as long as the graph. Their contents are not to be touched.
-  // `mapped`: adopted memory the reader wrote already, which needs no mapping.
+  // `mapped_bytes`: how much of the chunk, from its start, is adopted memory
+  // the reader wrote already, which needs no mapping.
   struct NodeMemory {
     std::byte* begin;
     size_t size;
-    bool mapped;
+    size_t mapped_bytes;
   };
   std::vector<NodeMemory> unusedNodeMemory() const;
   // Note [Recycled text pages]: takes over `memory` (a file's text the reader
@@ -611,6 +612,9 @@ class Graph {
   // mapped again when nodes start using it.
   void adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t mapped_bytes,
                        size_t nodes);
+  // The bytes of one arena chunk: a buffer meant for adoptNodeMemory (a file's
+  // text) is best allocated in whole chunks (Note [Recycled text pages]).
+  static constexpr size_t NodeChunkBytes();
 
  private:
   void renumber(size_t from);
@@ -639,7 +643,9 @@ class Graph {
   static constexpr size_t kNodesPerChunk = 512;
   Node* allocateNode();
   std::vector<std::byte*> node_chunks_;  // in the order nodes use them
-  std::vector<bool> chunk_mapped_;       // by chunk: its pages are known to be mapped (adopted ones)
+  // By chunk: how many bytes from its start are known to be mapped (adopted memory the reader wrote).
+  std::vector<size_t> chunk_mapped_bytes_;
+  size_t reserved_nodes_ = 0;  // the last reserve()'s n: a chunk maps the pages of those only
   std::vector<std::unique_ptr<std::byte[]>> owned_chunks_;
   std::vector<std::shared_ptr<void>> adopted_memory_;  // adoptNodeMemory's buffers, holding chunks
   size_t next_chunk_ = 0;              // the chunk that becomes current next
@@ -655,6 +661,8 @@ class Graph {
   mutable std::unordered_map<std::string_view, Node*> by_name_;
   mutable bool names_indexed_ = false;
 };
+
+constexpr size_t Graph::NodeChunkBytes() { return kNodesPerChunk * sizeof(Node); }
 
 // Note [Higher-order ops]
 // A higher-order op (torch.ops.higher_order.cond, map_impl, invoke_subgraph,

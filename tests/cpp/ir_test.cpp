@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -284,10 +287,10 @@ TEST_CASE("adoptNodeMemory takes a second buffer after the first, for the nodes 
   for (size_t c = 1; c < 4; ++c) CHECK(chunks[c].begin == second + (c - 1) * kChunkBytes);
   // Mapped: the text's chunk (its bytes were written) and the second buffer's
   // first chunk (kChunkBytes of it said to be); not the other two.
-  CHECK(chunks[0].mapped);
-  CHECK(chunks[1].mapped);
-  CHECK_FALSE(chunks[2].mapped);
-  CHECK_FALSE(chunks[3].mapped);
+  CHECK(chunks[0].mapped_bytes == kChunkBytes);
+  CHECK(chunks[1].mapped_bytes == kChunkBytes);
+  CHECK(chunks[2].mapped_bytes == 0);
+  CHECK(chunks[3].mapped_bytes == 0);
   g.reserve(4 * kChunk);  // nothing more to allocate
   CHECK(g.unusedNodeMemory().size() == 4);
   for (size_t i = 0; i < 4 * kChunk; ++i) g.createNode(OpKind::kPlaceholder, fmt::format("p{}", i), "t")->val() = ValueFacts();
@@ -300,4 +303,43 @@ TEST_CASE("adoptNodeMemory takes a second buffer after the first, for the nodes 
   h.adoptNodeMemory(std::move(spare), spare_alive.lock().get(), kChunkBytes, kChunkBytes, 3);
   CHECK(spare_alive.expired());
   CHECK(h.unusedNodeMemory().size() == 1);
+  // A buffer written part of the way into a chunk says how far: a text that
+  // fills one chunk and a third of the next (its capacity is whole chunks).
+  Graph t;
+  std::string text2;
+  text2.reserve(2 * kChunkBytes);
+  text2.resize(kChunkBytes + kChunkBytes / 3, 't');
+  t.adoptNodeMemory(std::move(text2), 2 * kChunk);
+  const auto parts = t.unusedNodeMemory();
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[0].mapped_bytes == kChunkBytes);
+  CHECK(parts[1].mapped_bytes == kChunkBytes / 3);
+}
+
+// Note [Populated pages]: a chunk's pages are mapped when nodes start using
+// it, but only those of the nodes reserve() expects: a small graph (or a
+// copy of one) does not map the whole 512-node chunk. mincore() tells which
+// pages are resident; the chunk is fresh memory unless malloc reused some,
+// in which case only the pages that became resident count.
+TEST_CASE("a chunk maps the pages of the reserved nodes only") {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto resident = [&](const std::byte* begin, size_t size) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
+    const size_t pages = (reinterpret_cast<uintptr_t>(begin) + size - first + page - 1) / page;
+    std::vector<unsigned char> in(pages);
+    REQUIRE(mincore(reinterpret_cast<void*>(first), pages * page, in.data()) == 0);
+    return in;
+  };
+  Graph g;
+  g.reserve(10);
+  const auto chunks = g.unusedNodeMemory();
+  REQUIRE(chunks.size() == 1);
+  const std::vector<unsigned char> before = resident(chunks[0].begin, chunks[0].size);
+  for (int i = 0; i < 10; ++i) g.createNode(OpKind::kPlaceholder, fmt::format("p{}", i), "t");
+  const std::vector<unsigned char> after = resident(chunks[0].begin, chunks[0].size);
+  REQUIRE(before.size() == after.size());
+  size_t newly = 0;
+  for (size_t i = 0; i < after.size(); ++i) newly += (after[i] & 1) && !(before[i] & 1);
+  // Ten nodes span at most this many pages (and their neighbours' partial pages).
+  CHECK(newly <= (10 * sizeof(Node)) / page + 2);
 }
