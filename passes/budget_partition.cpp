@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "fxremat/op_categories.h"
 #include "fxremat/peak_model.h"
 #include "fxremat/phases.h"
 #include "passes/emit_offload.h"
@@ -85,31 +86,6 @@ double Flops(const Node& n) {
   return 0;
 }
 
-// A result that shares an input's storage: no compute, no bytes of its own.
-bool IsAlias(const Node& n) {
-  if (n.isGetItem()) return false;  // priced as its item (below)
-  if (n.target() == "aten._unsafe_view.default") return true;
-  const OpInfo* info = n.opInfo();
-  return info && info->hasSchema() && info->schema.returnsAlias() && n.val().kind != ValueFacts::Kind::kTuple;
-}
-
-// Whether `n` shares another value's storage instead of allocating its own,
-// and whose (`*source`; null when the graph holds no such value): a view's
-// base, or for an item of an aliasing tuple op the op's input.
-bool SharesStorage(const Node& n, const Node** source) {
-  const Node* first = !n.args().empty() && n.args()[0].is_node() ? n.args()[0].node : nullptr;
-  *source = nullptr;
-  if (IsAlias(n)) {
-    *source = first;
-    return true;
-  }
-  if (!n.isGetItem() || !first) return false;
-  const OpInfo* info = first->opInfo();
-  if (!info || !info->hasSchema() || !info->schema.returnsAlias()) return false;
-  *source = first->inputs().empty() ? nullptr : first->inputs()[0];
-  return true;
-}
-
 }  // namespace
 
 namespace {
@@ -146,7 +122,7 @@ double HigherOrderCost(const Node& n, double flops_per_byte) {
 }  // namespace
 
 double RecomputeCost(const Node& n, double flops_per_byte) {
-  if (!n.isCallFunction() || n.isGetItem() || IsAlias(n)) return 0;
+  if (!n.isCallFunction() || n.isGetItem() || IsAliasOp(n)) return 0;
   if (IsHigherOrderTarget(n.target())) return HigherOrderCost(n, flops_per_byte);
   double bytes = static_cast<double>(n.val().nbytes());
   for (const Node* in : n.inputs())
@@ -156,8 +132,15 @@ double RecomputeCost(const Node& n, double flops_per_byte) {
 
 double PartitionRecomputeCost(const Graph& forward, const Graph& backward, double flops_per_byte) {
   double cost = 0;
+  // Note [Constant values are recomputed]: a value the backward computes from
+  // no input costs nothing, as when it was saved (PyTorch's min cut prices it so).
+  std::vector<bool> constant(backward.size(), false);
   for (const auto& up : backward.nodes()) {
     if (!up->isCallFunction()) continue;
+    bool from_nothing = !IsRandomOp(*up);
+    for (const Node* x : up->inputs()) from_nothing = from_nothing && (x->op() == OpKind::kGetAttr || constant[x->index()]);
+    constant[up->index()] = from_nothing;
+    if (from_nothing) continue;
     const Node* f = forward.findNode(up->name());
     if (f && f->isCallFunction() && f->target() == up->target()) cost += RecomputeCost(*up, flops_per_byte);
   }
@@ -238,6 +221,26 @@ class BudgetSolver {
     frontier_.assign(k, 0);
     int64_t running = 0;
     for (size_t i = 0; i < k; ++i) frontier_[i] = running += delta[i];
+    // Note [Constant values are recomputed]: a value computed from no input
+    // (a full, an arange, an index tensor, and ops on those and on tensor
+    // constants) costs the backward nothing to recompute and no saved input;
+    // saving one hands the backward a runtime tensor where a constant was. The
+    // min cut never saves one (no path from an input reaches it), and PyTorch's
+    // partitions recompute them too. Saved by the budget solver (its "nothing
+    // recomputed" candidate keeps every value the backward reads), such a value
+    // became a backward input; Inductor then miscompiled Falcon's backward at
+    // budget 0.3 (index_put with the saved negative index tensors [-2] and
+    // [-1]: wrong gradients, heap corruption), where fw+bw run eagerly were
+    // exact. Random and impure ops are never constants: a draw is not replayed.
+    constant_.assign(n, false);
+    for (const auto& up : g_.nodes()) {
+      const Node* node = up.get();
+      if (!node->isCallFunction() || IsRandomOp(*node) || c_.sides.impure[node->index()]) continue;
+      bool constant = true;
+      for (const Node* x : node->inputs())
+        constant = constant && (x->op() == OpKind::kGetAttr || constant_[x->index()]);
+      constant_[node->index()] = constant;
+    }
     // Values that may never be recomputed in the backward: always saved.
     is_forced_.assign(n, false);
     for (const auto& up : g_.nodes()) {
@@ -278,7 +281,7 @@ class BudgetSolver {
       // A random op that the backward reruns is a replay of its draw, which
       // FunctionalizeRng renames on both sides (a getitem in the forward,
       // run_with_rng_state in the backward): PartitionRecomputeCost does not count it.
-      node_cost_[i] = IsRandomOp(node) ? 0.0 : RecomputeCost(node, options_.recompute_flops_per_byte);
+      node_cost_[i] = IsRandomOp(node) || constant_[i] ? 0.0 : RecomputeCost(node, options_.recompute_flops_per_byte);
       for (const Node* x : node.inputs()) in_idx_.push_back(static_cast<int32_t>(x->index()));
       for (const Node* u : node.users()) us_idx_.push_back(static_cast<int32_t>(u->index()));
       in_off_[i + 1] = static_cast<int32_t>(in_idx_.size());
@@ -320,6 +323,7 @@ class BudgetSolver {
       if (seen[node->index()]) continue;
       seen[node->index()] = true;
       if (!node->isCallFunction() || !root_[node->index()] || root_[node->index()]->isPlaceholder()) continue;
+      if (constant_[node->index()]) continue;  // Note [Constant values are recomputed]
       if (node->val().kind == ValueFacts::Kind::kTuple) {
         for (const Node* u : node->users()) stack.push_back(u);
         continue;
@@ -344,10 +348,11 @@ class BudgetSolver {
   }
 
   // A value a search move may save or stop saving: a tensor the forward
-  // computes, not MUST_RECOMPUTE, and not a view of an input (those are free).
+  // computes, not MUST_RECOMPUTE, not a view of an input (those are free) and
+  // not a constant (Note [Constant values are recomputed]).
   bool Saveable(const Node& n) const {
     return n.isCallFunction() && !c_.in_tangents_closure[n.index()] && n.val().is_tensor() && !TaggedRecompute(n) &&
-           root_[n.index()] && !root_[n.index()]->isPlaceholder();
+           root_[n.index()] && !root_[n.index()]->isPlaceholder() && !constant_[n.index()];
   }
 
   // A get_attr (a tensor constant, a higher-order op's subgraph) is never
@@ -355,10 +360,15 @@ class BudgetSolver {
   // cut's partitions have it.
   static bool Collectable(const Node& n) { return n.op() != OpKind::kGetAttr && !IsAssertOnlySymBool(n); }
 
+  // The saved set `in` marks, less what is never saved: get_attrs, and the
+  // constants no tag or forced save asks to keep (Note [Constant values are
+  // recomputed]): every candidate and every search goes through here.
   std::vector<Node*> Collect(const std::vector<bool>& in) const {
     std::vector<Node*> out;
-    for (const auto& up : g_.nodes())
-      if (in[up->index()] && Collectable(*up)) out.push_back(up.get());
+    for (const auto& up : g_.nodes()) {
+      const size_t i = up->index();
+      if (in[i] && Collectable(*up) && !(constant_[i] && !is_forced_[i])) out.push_back(up.get());
+    }
     return out;
   }
 
@@ -408,6 +418,7 @@ class BudgetSolver {
     // simulated and dropped), and the one kept is extracted again by the pipeline.
     ExtractOptions scratch;
     scratch.scratch = true;
+    scratch.save_shared_storages_once = true;  // as the partition kept is extracted (min_cut_partition.cpp)
     FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g_, c_, saved, "mincut", scratch));
     FXREMAT_RETURN_IF_ERROR(FunctionalizeRng(p).status());  // the saved RNG states count (Note [Replaying random ops])
     FXREMAT_RETURN_IF_ERROR(ReorderBackward(*p.backward).status());
@@ -483,7 +494,7 @@ class BudgetSolver {
     for (const auto& up : g_.nodes()) {
       const Node* n = up.get();
       if (!in[n->index()] || !n->val().is_tensor() || TaggedRecompute(*n)) continue;
-      if (!root_[n->index()] || root_[n->index()]->isPlaceholder()) continue;
+      if (!root_[n->index()] || root_[n->index()]->isPlaceholder() || constant_[n->index()]) continue;
       pool_.push_back(up.get());
     }
     auto by_density = [&](const Node* a, const Node* b) {
@@ -1501,11 +1512,12 @@ class BudgetSolver {
       const size_t i = r->index();
       const bool in_forward = is_forward_[op_of(r)->index()];  // a tuple item: its op runs in the forward
       const bool forced = in_forward && (is_forced_[i] || is_forced_[op_of(r)->index()]);
-      const bool can_save = in_forward && !TaggedRecompute(*r);
+      // Note [Constant values are recomputed]: as in the solver, never saved unless forced.
+      const bool can_save = in_forward && !TaggedRecompute(*r) && !(constant_[i] && !forced);
       s_var[i] = add_var(fmt::format("s:{}", r->name()), 0.0, forced ? 1.0 : 0.0, can_save ? 1.0 : 0.0);
       m.save_variables.push_back(s_var[i]);
       m.save_names.push_back(r->name());
-      const double cost = in_forward ? RecomputeCost(*op_of(r), options_.recompute_flops_per_byte) : 0.0;
+      const double cost = in_forward && !constant_[op_of(r)->index()] ? RecomputeCost(*op_of(r), options_.recompute_flops_per_byte) : 0.0;
       for (size_t k = 0; k < K; ++k) {
         a_var[i].push_back(add_var(fmt::format("a:{}@{}", r->name(), k), 0.0, 0.0, 1.0));
         r_var[i].push_back(add_var(fmt::format("r:{}@{}", r->name(), k), cost, 0.0, forced ? 0.0 : 1.0));
@@ -1654,6 +1666,7 @@ class BudgetSolver {
   std::vector<const Node*> root_;
   std::vector<const Node*> forward_;
   std::vector<bool> is_forced_;  // may never be recomputed: saved by every candidate
+  std::vector<bool> constant_;   // computed from no input: never saved unless forced (Note [Constant values are recomputed])
   // Note [Searching the saved set]: the joint graph as flat arrays.
   enum : uint8_t {
     kPlaceholder = 1, kOutput = 2, kCall = 4, kForwardOnly = 8, kImpure = 16, kTangentClosure = 32,

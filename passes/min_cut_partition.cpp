@@ -801,7 +801,9 @@ Expected<Partition> CutPreparedGraph(const Graph& g, const MinCutOptions& given_
   if (WantsPeakBudget(options)) {
     // Note [Peak budget]
     FXREMAT_ASSIGN_OR_RETURN(BudgetSolution budget, SolvePeakBudget(g, options));
-    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, c, budget.saved_values, "mincut"));
+    ExtractOptions extract;
+    extract.save_shared_storages_once = true;  // Note [Saved values never alias each other]
+    FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(g, c, budget.saved_values, "mincut", extract));
     MarkOffloaded(p);
     MarkOffloadedValues(p, budget.offloaded_values);  // Note [Offload in the budget]
     // Note [Saved-value rules]: the solver's own rule; the pipeline puts the

@@ -2,6 +2,7 @@
 // values, the way the reference's _extract_fwd_bwd_modules does, and the
 // Signature that states every position (Note [AOTAutograd runtime contract]).
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 #include <cassert>
 #include <exception>
@@ -245,10 +246,73 @@ Expected<Partition> ExtractPartition(const Graph& joint, const std::vector<Node*
   return ExtractPartition(joint, c, saved_values, partitioner_name);
 }
 
+// Note [Saved values never alias each other]
+// AOTAutograd donates to Inductor's backward every saved tensor that aliases
+// no forward input, forward output or backward output (its donated buffers,
+// torch/_functorch/_aot_autograd/graph_compile.py): the backward may write
+// over one once it has last read it. Two saved tensors sharing a storage (a
+// value and a view of it) are both donated, and the backward overwrote the
+// one while it still read the other: Falcon under Inductor at budget 0.3 got
+// gradients off by 0.07 (its backward run eagerly on the same inputs was
+// exact). For the budget solver's saved sets (ExtractOptions::
+// save_shared_storages_once) a storage two or more saved values share is
+// therefore saved once, as the value that allocated it (their root), and the
+// backward recomputes the others from it: the same storage is kept, and views
+// cost nothing to recompute. A storage of an input or of a forward output is
+// left as it is (AOTAutograd donates none of it). The min cut and the default
+// partition keep PyTorch's saved sets exactly, aliases included (its min cut
+// saves a value's two transposes on random_0013, its default_partition a value
+// and its detach): what PyTorch's own partitions risk there, they risk too.
+namespace {
+
+std::vector<Node*> SaveSharedStoragesOnce(const JointClassification& c, const std::vector<Node*>& saved_values) {
+  auto root_of = [](Node* n) -> Node* {
+    for (int steps = 0; steps < 4096; ++steps) {
+      const Node* source = nullptr;
+      if (!SharesStorage(*n, &source)) return n;
+      if (!source) return nullptr;
+      n = const_cast<Node*>(source);
+    }
+    return nullptr;
+  };
+  std::unordered_map<const Node*, int> sharing;  // root -> saved tensors on its storage
+  std::vector<Node*> roots(saved_values.size(), nullptr);
+  for (size_t i = 0; i < saved_values.size(); ++i) {
+    Node* s = saved_values[i];
+    if (!s->val().is_tensor() || !s->isCallFunction()) continue;
+    Node* r = root_of(s);
+    if (!r || !r->isCallFunction() || !r->val().is_tensor()) continue;
+    roots[i] = r;
+    ++sharing[r];
+  }
+  bool any = false;
+  for (const auto& [root, count] : sharing) any = any || count > 1;
+  if (!any) return saved_values;
+  std::unordered_set<const Node*> user_visible;  // roots of the forward outputs
+  for (Node* o : c.forward_outputs)
+    if (o)
+      if (Node* r = root_of(o)) user_visible.insert(r);
+  std::vector<Node*> out;
+  std::unordered_set<const Node*> added;
+  for (size_t i = 0; i < saved_values.size(); ++i) {
+    Node* s = saved_values[i];
+    Node* r = roots[i];
+    const bool shared = r && sharing[r] > 1 && !user_visible.count(r);
+    Node* keep = shared ? r : s;
+    if (added.insert(keep).second) out.push_back(keep);
+  }
+  return out;
+}
+
+}  // namespace
+
 Expected<Partition> ExtractPartition(const Graph& joint, const JointClassification& c,
-                                     const std::vector<Node*>& saved_values, const std::string& partitioner_name,
-                                     const ExtractOptions& options) {
+                                     const std::vector<Node*>& requested_saved_values,
+                                     const std::string& partitioner_name, const ExtractOptions& options) {
   ScopedPhase phase("extract");
+  const std::vector<Node*> saved_values = options.save_shared_storages_once
+                                              ? SaveSharedStoragesOnce(c, requested_saved_values)
+                                              : requested_saved_values;
   std::vector<Node*> saved_tensors, saved_syms;
   // Note [Opaque inputs] (fxremat/partition.h): opaque primals go to the
   // backward as inputs of their own, whatever the partitioner chose.

@@ -116,4 +116,25 @@ bool IsFxImpure(const Node& n, bool impure_random) {
   return impure_random && info && info->hasTag("nondeterministic_seeded");
 }
 
+bool IsAliasOp(const Node& n) {
+  if (n.isGetItem()) return false;
+  if (n.target() == "aten._unsafe_view.default") return true;
+  const OpInfo* info = n.opInfo();
+  return info && info->hasSchema() && info->schema.returnsAlias() && n.val().kind != ValueFacts::Kind::kTuple;
+}
+
+bool SharesStorage(const Node& n, const Node** source) {
+  const Node* first = !n.args().empty() && n.args()[0].is_node() ? n.args()[0].node : nullptr;
+  *source = nullptr;
+  if (IsAliasOp(n)) {
+    *source = first;
+    return true;
+  }
+  if (!n.isGetItem() || !first) return false;
+  const OpInfo* info = first->opInfo();
+  if (!info || !info->hasSchema() || !info->schema.returnsAlias()) return false;
+  *source = first->inputs().empty() ? nullptr : first->inputs()[0];
+  return true;
+}
+
 }  // namespace fxremat

