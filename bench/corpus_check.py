@@ -295,9 +295,22 @@ def check(name: str, compiler: str, options: dict) -> str:
         try:
             _compare(pytorch, eager)
         except AssertionError:  # PyTorch's partition differs from eager too: compare with it
-            worst = _compare(got, pytorch)
-            return (f"ok against PyTorch's {compiler} (max grad diff {worst:.1e}); both differ from eager, "
-                    f"PyTorch's by up to {_largest_grad_difference(pytorch, eager):.1e}; {tail}")
+            # ... or with PyTorch's min cut: under a budget the two partitions recompute
+            # different values, and where the compiler's numerics are this far from eager's
+            # (MobileNetV2's BatchNorm on a batch of 2 under Inductor: 0.29) two different
+            # partitions are not comparable to each other either.
+            references = [("", pytorch)]
+            if options:
+                references.append((" min cut", _train_step(name, compiler, {}, fxremat=False)))
+            for label, ref in references:
+                try:
+                    worst = _compare(got, ref)
+                except AssertionError:
+                    if ref is references[-1][1]:
+                        raise
+                    continue
+                return (f"ok against PyTorch's {compiler}{label} (max grad diff {worst:.1e}); both differ from "
+                        f"eager, PyTorch's by up to {_largest_grad_difference(ref, eager):.1e}; {tail}")
         raise
     return f"ok (max grad diff {worst:.1e}; {tail})"
 

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "joint_text.h"
+
 #include "fxremat/pipeline.h"
 #include "fxremat/serialize.h"
 #include "fxremat/text.h"
@@ -172,14 +174,7 @@ TEST_CASE("offload is the budget solver's third choice where it is cheaper than 
 // it, as the min cut and PyTorch's partitions do.
 TEST_CASE("the budget solver never saves a value computed from no input", "[budget]") {
   const std::string text =
-      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
-      "# input primals_1 role=primal tag=is_forward\n"
-      "# input tangents_1 role=tangent tag=is_backward\n"
-      "# op aten.sin.default 'aten::sin(Tensor self) -> Tensor' [core, pointwise]\n"
-      "# op aten.cos.default 'aten::cos(Tensor self) -> Tensor' [core, pointwise]\n"
-      "# op aten.mul.Tensor 'aten::mul.Tensor(Tensor self, Tensor other) -> Tensor' [core, pointwise]\n"
-      "# op aten.full.default 'aten::full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor' [core]\n"
-      "# op aten.index_select.default 'aten::index_select(Tensor self, int dim, Tensor index) -> Tensor' [core]\n"
+      std::string(testing::kOneInputJointHeader) + testing::kCommonOpSchemas +
       "def forward(self, primals_1: \"f32[64][1]cpu rg\", tangents_1: \"f32[64][1]cpu\"):\n"
       "    c: \"f32[64][1]cpu\" = torch.ops.aten.full.default([64], 2.0, dtype = torch.float32)  # tag=is_forward\n"
       "    idx: \"i64[1][1]cpu\" = torch.ops.aten.full.default([1], 3, dtype = torch.int64)  # tag=is_forward\n"

@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "joint_text.h"
+
 #include <limits>
 
 namespace fs = std::filesystem;
@@ -252,15 +254,7 @@ TEST_CASE("a large joint graph classified while its CSE search runs gives the sa
 // so is a view of an input.
 TEST_CASE("extraction saves a storage two saved values share once, as its root") {
   const std::string text =
-      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
-      "# input primals_1 role=primal tag=is_forward\n"
-      "# input tangents_1 role=tangent tag=is_backward\n"
-      "# op aten.sin.default 'aten::sin(Tensor self) -> Tensor' [core, pointwise]\n"
-      "# op aten.cos.default 'aten::cos(Tensor self) -> Tensor' [core, pointwise]\n"
-      "# op aten.mul.Tensor 'aten::mul.Tensor(Tensor self, Tensor other) -> Tensor' [core, pointwise]\n"
-      "# op aten.add.Tensor 'aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor' [core, pointwise]\n"
-      "# op aten.view.default 'aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)' [core, view_copy]\n"
-      "# op aten.permute.default 'aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)' [core, view_copy]\n"
+      std::string(testing::kOneInputJointHeader) + testing::kCommonOpSchemas +
       "def forward(self, primals_1: \"f32[4][1]cpu rg\", tangents_1: \"f32[4][1]cpu\"):\n"
       "    a: \"f32[4][1]cpu rg\" = torch.ops.aten.sin.default(primals_1)  # tag=is_forward\n"
       "    v: \"f32[2, 2][2, 1]cpu rg\" = torch.ops.aten.view.default(a, [2, 2])  # tag=is_forward\n"
