@@ -119,6 +119,21 @@ double HigherOrderCost(const Node& n, double flops_per_byte) {
   return total;
 }
 
+// Note [Constant values are recomputed]: by node index, whether `g`'s value
+// is computed from no input -- a call, neither random nor impure, whose
+// inputs are all tensor constants (get_attr) or such values themselves.
+std::vector<bool> ComputedFromNoInput(const Graph& g) {
+  std::vector<bool> constant(g.size(), false);
+  for (const auto& up : g.nodes()) {
+    const Node& n = *up;
+    if (!n.isCallFunction() || IsRandomOp(n) || IsImpure(n)) continue;
+    bool from_nothing = true;
+    for (const Node* x : n.inputs()) from_nothing = from_nothing && (x->op() == OpKind::kGetAttr || constant[x->index()]);
+    constant[n.index()] = from_nothing;
+  }
+  return constant;
+}
+
 }  // namespace
 
 double RecomputeCost(const Node& n, double flops_per_byte) {
@@ -134,13 +149,9 @@ double PartitionRecomputeCost(const Graph& forward, const Graph& backward, doubl
   double cost = 0;
   // Note [Constant values are recomputed]: a value the backward computes from
   // no input costs nothing, as when it was saved (PyTorch's min cut prices it so).
-  std::vector<bool> constant(backward.size(), false);
+  const std::vector<bool> constant = ComputedFromNoInput(backward);
   for (const auto& up : backward.nodes()) {
-    if (!up->isCallFunction()) continue;
-    bool from_nothing = !IsRandomOp(*up);
-    for (const Node* x : up->inputs()) from_nothing = from_nothing && (x->op() == OpKind::kGetAttr || constant[x->index()]);
-    constant[up->index()] = from_nothing;
-    if (from_nothing) continue;
+    if (!up->isCallFunction() || constant[up->index()]) continue;
     const Node* f = forward.findNode(up->name());
     if (f && f->isCallFunction() && f->target() == up->target()) cost += RecomputeCost(*up, flops_per_byte);
   }
@@ -232,15 +243,7 @@ class BudgetSolver {
     // budget 0.3 (index_put with the saved negative index tensors [-2] and
     // [-1]: wrong gradients, heap corruption), where fw+bw run eagerly were
     // exact. Random and impure ops are never constants: a draw is not replayed.
-    constant_.assign(n, false);
-    for (const auto& up : g_.nodes()) {
-      const Node* node = up.get();
-      if (!node->isCallFunction() || IsRandomOp(*node) || c_.sides.impure[node->index()]) continue;
-      bool constant = true;
-      for (const Node* x : node->inputs())
-        constant = constant && (x->op() == OpKind::kGetAttr || constant_[x->index()]);
-      constant_[node->index()] = constant;
-    }
+    constant_ = ComputedFromNoInput(g_);
     // Values that may never be recomputed in the backward: always saved.
     is_forced_.assign(n, false);
     for (const auto& up : g_.nodes()) {

@@ -283,14 +283,14 @@ void Graph::reserve(size_t n) {
   const size_t more = n > nodes_.size() ? n - nodes_.size() : 0;
   size_t room = kNodesPerChunk - nodes_in_current_chunk_ + (node_chunks_.size() - next_chunk_) * kNodesPerChunk;
   for (; room < more; room += kNodesPerChunk) {
-    owned_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);
+    owned_chunks_.emplace_back(new std::byte[NodeChunkBytes()]);
     node_chunks_.push_back(owned_chunks_.back().get());
     chunk_mapped_bytes_.push_back(0);
   }
 }
 
 void Graph::adoptNodeMemory(std::string&& memory, size_t nodes) {
-  if (memory.capacity() < kNodesPerChunk * sizeof(Node) || nodes == 0) return;  // freed by the caller as before
+  if (memory.capacity() < NodeChunkBytes() || nodes == 0) return;  // freed by the caller as before
   auto owner = std::make_shared<std::string>(std::move(memory));
   std::byte* const base = reinterpret_cast<std::byte*>(owner->data());
   const size_t capacity = owner->capacity();
@@ -300,7 +300,7 @@ void Graph::adoptNodeMemory(std::string&& memory, size_t nodes) {
 
 void Graph::adoptNodeMemory(std::shared_ptr<void> owner, std::byte* base, size_t capacity, size_t mapped_bytes,
                             size_t nodes) {
-  constexpr size_t kChunkBytes = kNodesPerChunk * sizeof(Node);
+  constexpr size_t kChunkBytes = NodeChunkBytes();
   static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);  // the buffers are operator new's
   // Chunks the graph has already (adopted or reserved) serve the first of the nodes to come.
   const size_t have = node_chunks_.size() - next_chunk_;
@@ -348,7 +348,7 @@ Node* Graph::allocateNode() {
     if (next_chunk_ == node_chunks_.size()) {
       // operator new[] of std::byte is aligned for any fundamental type, so for Node.
       static_assert(alignof(Node) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
-      owned_chunks_.emplace_back(new std::byte[kNodesPerChunk * sizeof(Node)]);  // not zeroed: Node constructs it
+      owned_chunks_.emplace_back(new std::byte[NodeChunkBytes()]);  // not zeroed: Node constructs it
       node_chunks_.push_back(owned_chunks_.back().get());
       chunk_mapped_bytes_.push_back(0);
     }
@@ -361,7 +361,7 @@ Node* Graph::allocateNode() {
     // walk. Only the slots of the nodes reserve() expects are mapped: the
     // last chunk of a small graph (a 1,000-node graph's second, a copy's
     // only one) is mostly never used.
-    size_t needed = kNodesPerChunk * sizeof(Node);
+    size_t needed = NodeChunkBytes();
     if (reserved_nodes_ > nodes_.size() && reserved_nodes_ - nodes_.size() < kNodesPerChunk)
       needed = (reserved_nodes_ - nodes_.size()) * sizeof(Node);
     if (needed > mapped) PopulatePages(current_chunk_ + mapped, needed - mapped);
@@ -373,7 +373,7 @@ Node* Graph::allocateNode() {
 std::vector<Graph::NodeMemory> Graph::unusedNodeMemory() const {
   std::vector<NodeMemory> ranges;
   for (size_t c = next_chunk_; c < node_chunks_.size(); ++c)
-    ranges.push_back({node_chunks_[c], kNodesPerChunk * sizeof(Node), chunk_mapped_bytes_[c]});
+    ranges.push_back({node_chunks_[c], NodeChunkBytes(), chunk_mapped_bytes_[c]});
   return ranges;
 }
 

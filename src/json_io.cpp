@@ -2640,7 +2640,7 @@ Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* ow
   // Only a warmer that had buffers to map (a text of WarmPagesFrom() bytes or
   // more) maps the arena: for a smaller one, starting its thread now costs
   // more than the arena's few pages (synth_1k: see the commit).
-  if (prepared && use_prepared) reader.WarmNodeMemoryWith(&prepared->warmer);
+  if (use_prepared) reader.WarmNodeMemoryWith(&prepared->warmer);
   return reader.Read(SimdValue(document.root()));
 }
 
