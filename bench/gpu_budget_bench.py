@@ -311,6 +311,47 @@ def offload_check(device, dtype):
             "async_offloaded_bytes": c["offloaded_bytes"], "async_peak_bytes": c["peak_bytes"]}
 
 
+def kernel_class(name: str) -> str:
+    """A device kernel's class, by the names cuBLAS, FlashAttention and Inductor give them."""
+    n = name.lower()
+    if any(k in n for k in ("gemm", "nvjet", "cutlass", "xmma", "matmul", "aten::mm", "aten::addmm", "aten::bmm")):
+        return "matmul"
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa")):
+        return "attention"
+    if n.startswith("triton") or "triton_" in n:
+        return "inductor (triton)"
+    if any(k in n for k in ("memcpy", "memset", "copy", "fill")):
+        return "copy / fill"
+    return "other"
+
+
+def profile_step(fn, model, ids, device, steps: int = 3):
+    """Device time per step by kernel class, from ``torch.profiler`` over ``steps`` steps:
+    what a partition adds to the step (recomputed matmuls show as more matmul kernels).
+    On a CPU (--smoke) the aten ops stand in for kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    one_step(fn, model, ids, device, measure=False)
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            one_step(fn, model, ids, device, measure=False)
+    by_class: dict = {}
+    calls: dict = {}
+    for e in prof.events():
+        if device.type == "cuda":
+            if e.device_type != DeviceType.CUDA:
+                continue
+        elif not e.name.startswith("aten::") or (e.cpu_parent is not None and
+                                                  e.cpu_parent.name.startswith("aten::")):
+            continue
+        cls = kernel_class(e.name)
+        by_class[cls] = by_class.get(cls, 0.0) + e.time_range.elapsed_us() / 1e3 / steps
+        calls[cls] = calls.get(cls, 0) + 1
+    return {c: {"ms": round(by_class[c], 3), "calls": calls[c] // steps} for c in sorted(by_class)}
+
+
 def fmt_mib(b):
     return "–" if b is None else f"{b / MIB:,.0f}"
 
@@ -354,6 +395,18 @@ def report(results, timing, env, args, offload) -> str:
                      f"{info.get('partition_s', '–')} |")
     lines += ["", "Losses (same seed and batch): " + ", ".join(
         f"{n} {i['loss']:.4f}" for n, i in results.items() if "loss" in i), ""]
+    profiled = {n: i["kernels"] for n, i in results.items() if i.get("kernels")}
+    if profiled:
+        classes = sorted({c for k in profiled.values() for c in k})
+        lines += ["Device time per step by kernel class (`torch.profiler`, 3 steps; ms, kernels per step in "
+                  "parentheses): what each partition adds to the step.", "",
+                  "| configuration | " + " | ".join(classes) + " | total |",
+                  "|---|" + "---:|" * (len(classes) + 1)]
+        for n, k in profiled.items():
+            cells = [f"{k[c]['ms']:.2f} ({k[c]['calls']})" if c in k else "–" for c in classes]
+            lines.append(f"| {results[n]['description']} | " + " | ".join(cells) +
+                         f" | {sum(v['ms'] for v in k.values()):.2f} |")
+        lines.append("")
     for name, info in results.items():
         at = info.get("at_peak")
         if at:
@@ -399,6 +452,8 @@ def main() -> int:
                     "snapshot: the blocks live at the peak go into the JSON (at_peak)")
     ap.add_argument("--dump", default="", help="configurations whose partition is dumped (fxremat's dump_dir) "
                     "under OUT/dumps/NAME")
+    ap.add_argument("--profile", default="", help="configurations whose step is profiled (torch.profiler): device "
+                    "time and kernel count per step by kernel class go into the report")
     ap.add_argument("--smoke", action="store_true", help="tiny model, any device: checks the script")
     args = ap.parse_args()
     if args.smoke:
@@ -447,6 +502,10 @@ def main() -> int:
 
     timing = time_round_robin(prepared, ids, device, args.rounds, args.steps) if prepared else {}
     print("timing", json.dumps({k: round(v * 1e3, 2) for k, v in timing.items()}), flush=True)
+    for name in [n for n in args.profile.split(",") if n in prepared]:
+        _, fn, model = prepared[name]
+        results[name]["kernels"] = profile_step(fn, model, ids, device)
+        print("kernels", name, json.dumps(results[name]["kernels"]), flush=True)
     prepared.clear()
     offload = None
     if not args.no_offload and time.perf_counter() - t_start < args.deadline_s + 60:
