@@ -314,12 +314,14 @@ def offload_check(device, dtype):
 def kernel_class(name: str) -> str:
     """A device kernel's class, by the names cuBLAS, FlashAttention and Inductor give them."""
     n = name.lower()
+    # Inductor's names quote the aten ops a kernel fused ("..._flash_attention_backward_..."):
+    # a Triton kernel is Inductor's whatever it mentions.
+    if n.startswith("triton") or "triton_" in n:
+        return "inductor (triton)"
     if any(k in n for k in ("gemm", "nvjet", "cutlass", "xmma", "matmul", "aten::mm", "aten::addmm", "aten::bmm")):
         return "matmul"
     if any(k in n for k in ("flash", "fmha", "attention", "sdpa")):
         return "attention"
-    if n.startswith("triton") or "triton_" in n:
-        return "inductor (triton)"
     if any(k in n for k in ("memcpy", "memset", "copy", "fill")):
         return "copy / fill"
     return "other"
@@ -339,6 +341,7 @@ def profile_step(fn, model, ids, device, steps: int = 3):
             one_step(fn, model, ids, device, measure=False)
     by_class: dict = {}
     calls: dict = {}
+    by_kernel: dict = {}
     for e in prof.events():
         if device.type == "cuda":
             if e.device_type != DeviceType.CUDA:
@@ -349,7 +352,14 @@ def profile_step(fn, model, ids, device, steps: int = 3):
         cls = kernel_class(e.name)
         by_class[cls] = by_class.get(cls, 0.0) + e.time_range.elapsed_us() / 1e3 / steps
         calls[cls] = calls.get(cls, 0) + 1
-    return {c: {"ms": round(by_class[c], 3), "calls": calls[c] // steps} for c in sorted(by_class)}
+        k = by_kernel.setdefault(e.name[:120], [0.0, 0])
+        k[0] += e.time_range.elapsed_us() / 1e3 / steps
+        k[1] += 1
+    out = {c: {"ms": round(by_class[c], 3), "calls": calls[c] // steps} for c in sorted(by_class)}
+    # the kernels themselves, for the JSON only: which ops a partition runs more often
+    out["by_kernel"] = {n: {"ms": round(v[0], 4), "calls": v[1] // steps}
+                        for n, v in sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:60]}
+    return out
 
 
 def fmt_mib(b):
@@ -397,6 +407,7 @@ def report(results, timing, env, args, offload) -> str:
         f"{n} {i['loss']:.4f}" for n, i in results.items() if "loss" in i), ""]
     profiled = {n: i["kernels"] for n, i in results.items() if i.get("kernels")}
     if profiled:
+        profiled = {n: {c: v for c, v in k.items() if c != "by_kernel"} for n, k in profiled.items()}
         classes = sorted({c for k in profiled.values() for c in k})
         lines += ["Device time per step by kernel class (`torch.profiler`, 3 steps; ms, kernels per step in "
                   "parentheses): what each partition adds to the step.", "",
@@ -505,7 +516,8 @@ def main() -> int:
     for name in [n for n in args.profile.split(",") if n in prepared]:
         _, fn, model = prepared[name]
         results[name]["kernels"] = profile_step(fn, model, ids, device)
-        print("kernels", name, json.dumps(results[name]["kernels"]), flush=True)
+        print("kernels", name, json.dumps({c: v for c, v in results[name]["kernels"].items() if c != "by_kernel"}),
+              flush=True)
     prepared.clear()
     offload = None
     if not args.no_offload and time.perf_counter() - t_start < args.deadline_s + 60:
