@@ -315,11 +315,27 @@ def check(name: str, compiler: str, options: dict) -> str:
     return f"ok (max grad diff {worst:.1e}; {tail})"
 
 
+def parse_config(spec: str) -> tuple[str, dict]:
+    """(label, backend options) of one --configs entry."""
+    if spec == "min_cut":
+        return "min cut", {}
+    key, _, value = spec.partition("=")
+    if key == "budget" and value:
+        return f"budget {float(value)}", {"activation_memory_budget": float(value)}
+    if key == "policy" and value:
+        return value, {"policy": value}
+    raise SystemExit(f"--configs: unknown entry {spec!r} (min_cut, budget=F, policy=NAME)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default=",".join(MODELS + ZOO_MODELS))
     ap.add_argument("--compilers", default="aot_eager,inductor")
     ap.add_argument("--budget", type=float, default=0.3)
+    ap.add_argument("--configs", default="",
+                    help="comma-separated partitions to check instead of the min cut and --budget: 'min_cut', "
+                         "'budget=F' (activation_memory_budget), 'policy=NAME' (a jax.checkpoint_policies name, "
+                         "e.g. dots_saveable, offload_dot_with_no_batch_dims)")
     args = ap.parse_args()
     import fxremat._partition_fn as pf
     import torch._functorch.config
@@ -328,10 +344,13 @@ def main() -> int:
     import fxremat.backend
 
     fxremat.backend.register()
+    configs = [("min cut", {}), (f"budget {args.budget}", {"activation_memory_budget": args.budget})]
+    if args.configs:
+        configs = [parse_config(c) for c in args.configs.split(",")]
     failures = 0
     for name in args.models.split(","):
         for compiler in args.compilers.split(","):
-            for label, options in (("min cut", {}), (f"budget {args.budget}", {"activation_memory_budget": args.budget})):
+            for label, options in configs:
                 pf.clear_partition_records()
                 t0 = time.perf_counter()
                 try:
