@@ -272,6 +272,22 @@ def _largest_grad_difference(a, b) -> float:
                default=0.0)
 
 
+def _within_noise(got, ref, eager) -> bool:
+    """Whether each of `got`'s gradients is within twice the distance of `ref`'s from
+    `eager`'s (plus _compare's tolerances): two compiled runs each as far from eager as
+    `ref` is can be twice that far from each other (bf16 autocast under Inductor: one
+    bf16 ulp from eager, and one ulp apart)."""
+    for n, g in got[1].items():
+        r, e = ref[1][n], eager[1][n]
+        if g is None or r is None or e is None:
+            if (g is None) != (r is None):
+                return False
+            continue
+        if float((g - r).abs().max()) > 2 * float((r - e).abs().max()) + 1e-5 + 1e-3 * float(r.abs().max()):
+            return False
+    return True
+
+
 def check(name: str, compiler: str, options: dict) -> str:
     got = _train_step(name, compiler, options, fxremat=True)
     import fxremat
@@ -306,9 +322,41 @@ def check(name: str, compiler: str, options: dict) -> str:
                 try:
                     worst = _compare(got, ref)
                 except AssertionError:
-                    if ref is references[-1][1]:
+                    if ref is not references[-1][1]:
+                        continue
+                    if compiler == "aot_eager":
                         raise
-                    continue
+                    # Reduced precision: Inductor keeps a fused kernel's intermediates in
+                    # fp32 where eager rounds each op's bf16 result, so a value recomputed
+                    # in the backward need not equal the forward's rounded one (autocast
+                    # at budget 0.0: one bf16 ulp). With emulate_precision_casts it rounds
+                    # as eager does, and a right partition matches PyTorch's min cut.
+                    import torch._inductor.config as inductor_config
+
+                    with inductor_config.patch(emulate_precision_casts=True):
+                        try:
+                            worst = _compare(_train_step(name, compiler, options, fxremat=True),
+                                             _train_step(name, compiler, {}, fxremat=False))
+                            return (f"ok against PyTorch's {compiler} min cut with emulate_precision_casts (max "
+                                    f"grad diff {worst:.1e}; without it {_largest_grad_difference(got, ref):.1e}, "
+                                    f"PyTorch's {_largest_grad_difference(ref, eager):.1e} from eager); {tail}")
+                        except AssertionError:
+                            pass
+                    # Last: where every gradient is about as close to PyTorch's as PyTorch's
+                    # is to eager's (the compiler's own noise on this model, per parameter)
+                    # and the same partition run without the compiler is exact, the
+                    # partition is right and the compiler's numerics are what differs
+                    # (MobileNetV2 under Inductor with the offload policy: 2.7e-3 from
+                    # PyTorch's min cut, as far as PyTorch's own budget-0.3 partition is).
+                    # An error past that noise (a bug only the compiler shows, as the
+                    # donated buffers of 4d0a7c7) still fails.
+                    if not _within_noise(got, ref, eager):
+                        raise
+                    apart, noise = _largest_grad_difference(got, ref), _largest_grad_difference(ref, eager)
+                    _compare(_train_step(name, "aot_eager", options, fxremat=True), eager)
+                    return (f"ok: exact under aot_eager; under {compiler} {apart:.1e} "
+                            f"from PyTorch's{label} and PyTorch's {noise:.1e} from "
+                            f"eager (the compiler's numerics); {tail}")
                 return (f"ok against PyTorch's {compiler}{label} (max grad diff {worst:.1e}); both differ from "
                         f"eager, PyTorch's by up to {_largest_grad_difference(ref, eager):.1e}; {tail}")
         raise
@@ -336,6 +384,7 @@ def main() -> int:
                     help="comma-separated partitions to check instead of the min cut and --budget: 'min_cut', "
                          "'budget=F' (activation_memory_budget), 'policy=NAME' (a jax.checkpoint_policies name, "
                          "e.g. dots_saveable, offload_dot_with_no_batch_dims)")
+    ap.add_argument("-v", action="store_true", help="print each failure's traceback")
     args = ap.parse_args()
     import fxremat._partition_fn as pf
     import torch._functorch.config
@@ -358,7 +407,7 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001 -- a failure is a result
                     failures += 1
                     result = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-                    if "-v" in sys.argv:
+                    if args.v:
                         traceback.print_exc()
                 print(f"{name:18s} {compiler:10s} {label:11s} {time.perf_counter() - t0:6.1f}s  {result}", flush=True)
     return 1 if failures else 0

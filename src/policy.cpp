@@ -614,8 +614,21 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
     // JAX's policy decides per primitive: otherwise the min cut's heuristics
     // would ban recomputing it and force its getitems to be saved.
     const bool is_tuple = n.val().kind == ValueFacts::Kind::kTuple;
+    // Note [Inductor's seeds are not the program's]: Inductor's lowering of
+    // random ops (fallback_random off, its default) draws one seeds tensor,
+    // prims.inductor_seeds(count, device), at the top of the joint graph, and
+    // every rand/randn/dropout of the program becomes a deterministic
+    // prims.inductor_random of one seed. The seeds op is Inductor's bookkeeping,
+    // not a value of the program a policy names or classes: left to a policy it
+    // got PREFER_RECOMPUTE and was replayed (run_and_save_rng_state, whose eager
+    // implementation draws other seeds than Inductor's generated code from the
+    // same generator state: valid draws, replayed exactly, but not the numbers
+    // PyTorch's compile draws for the same manual_seed; and a 5,056-byte CPU
+    // generator state saved for a 48-byte tensor). Outside the policy it is a
+    // random op with no tag: saved, as PyTorch's partitioner saves it.
+    const bool inductor_seeds = n.isCallFunction() && n.target() == "prims.inductor_seeds.default";
     const bool policy_applies = spec && n.isCallFunction() && (n.val().is_tensor() || is_tuple) &&
-                                !IsAnnotationOp(n.target()) && !unnamed_view;
+                                !IsAnnotationOp(n.target()) && !unnamed_view && !inductor_seeds;
     if (policy_applies) Evaluate(*spec, n, policy);
     // An input is always available (JAX's arguments are): a policy's save or
     // recompute demand on a named input means nothing, but an offload demand

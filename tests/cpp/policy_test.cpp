@@ -340,6 +340,46 @@ def forward(self, primals_1: "f32[8][1]cpu rg", tangents_1: "f32[8][1]cpu"):
   CHECK(saved == std::set<std::string>{"getitem_1"});
 }
 
+TEST_CASE("policies: Inductor's seed op is no value of the program: saved, never replayed") {
+  // Note [Inductor's seeds are not the program's] (src/policy.cpp): a policy does
+  // not class prims.inductor_seeds; the min cut saves it as the untagged random op
+  // it is, and recomputes the deterministic inductor_random from the saved seed.
+  constexpr const char* kSeeds = R"IR(# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]
+# op prims.inductor_seeds.default 'prims::inductor_seeds(int count, Device device) -> Tensor' [nondeterministic_seeded]
+# op prims.inductor_lookup_seed.default 'prims::inductor_lookup_seed(Tensor seeds, int index) -> Tensor' [pt2_compliant_tag]
+# op prims.inductor_random.default 'prims::inductor_random(SymInt[] size, Tensor seed, str mode, *, ScalarType? align_dtype=None) -> Tensor' [pt2_compliant_tag]
+# op aten.gt.Scalar 'aten::gt.Scalar(Tensor self, Scalar other) -> Tensor' [core, pointwise]
+# op aten.mul.Tensor 'aten::mul.Tensor(Tensor self, Tensor other) -> Tensor' [core, pointwise]
+# op aten.sin.default 'aten::sin(Tensor self) -> Tensor' [core, pointwise]
+# input primals_1 role=primal path='args[0]' tag=is_forward
+# input tangents_1 role=tangent tag=is_backward
+def forward(self, primals_1: "f32[8][1]cpu rg", tangents_1: "f32[8][1]cpu"):
+    seeds: "i64[2][1]cpu" = torch.ops.prims.inductor_seeds.default(2, device(type='cpu'))  # tag=is_forward
+    seed: "i64[][]cpu" = torch.ops.prims.inductor_lookup_seed.default(seeds, 0)  # tag=is_forward
+    rand: "f32[8][1]cpu" = torch.ops.prims.inductor_random.default([8], seed, 'rand')  # tag=is_forward
+    keep: "b8[8][1]cpu" = torch.ops.aten.gt.Scalar(rand, 0.5)  # tag=is_forward
+    dropped: "f32[8][1]cpu rg" = torch.ops.aten.mul.Tensor(primals_1, keep)  # tag=is_forward
+    sin: "f32[8][1]cpu rg" = torch.ops.aten.sin.default(dropped)  # tag=is_forward
+    mul: "f32[8][1]cpu" = torch.ops.aten.mul.Tensor(tangents_1, keep)  # tag=is_backward
+    return (sin, mul)
+)IR";
+  auto g = ParseGraph(kSeeds);
+  INFO(g.status().ToString());
+  REQUIRE(g.ok());
+  for (const char* policy : {"nothing_saveable", "dots_saveable"}) {
+    INFO(policy);
+    MinCutOptions options;
+    options.policy = ParsePolicy(policy).value();
+    auto p = MinCutPartition(**g, options);
+    INFO(p.status().ToString());
+    REQUIRE(p.ok());
+    std::set<std::string> saved;
+    for (const SavedValue& v : p->signature.saved) saved.insert(v.name);
+    CHECK(saved == std::set<std::string>{"seeds"});
+    for (const auto& n : p->forward->nodes()) CHECK(n->target() != "higher_order.run_and_save_rng_state");
+  }
+}
+
 TEST_CASE("policies: a name survives CSE when it sat on the duplicate") {
   std::string text = kTwoLayers;
   // A second sin(mm), named, feeding W2's gradient; CSE keeps the first one.
