@@ -292,6 +292,22 @@ TEST_CASE("policies: contradictions are bad input naming the value and both dema
   }
 }
 
+// The min cut of `g` under the policy `policy_text` (which must succeed).
+Partition PartitionUnder(const Graph& g, const std::string& policy_text) {
+  MinCutOptions options;
+  options.policy = ParsePolicy(policy_text).value();
+  auto p = MinCutPartition(g, options);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  return std::move(*p);
+}
+
+std::set<std::string> SavedNames(const Partition& p) {
+  std::set<std::string> saved;
+  for (const SavedValue& v : p.signature.saved) saved.insert(v.name);
+  return saved;
+}
+
 TEST_CASE("policies: MUST_RECOMPUTE on a random op replays it where it can, else is a contradiction; PREFER_RECOMPUTE then saves it") {
   constexpr const char* kDropout = R"IR(# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]
 # op aten.mul.Tensor 'aten::mul.Tensor(Tensor self, Tensor other) -> Tensor' [core, pointwise]
@@ -312,32 +328,22 @@ def forward(self, primals_1: "f32[8][1]cpu rg", tangents_1: "f32[8][1]cpu"):
   REQUIRE(g.ok());
   // On the CPU the draw can be replayed (Note [Replaying random ops]): the demand
   // is honoured, the mask is recomputed from the input.
-  MinCutOptions options;
-  options.policy = ParsePolicy("checkpoint_policy:op:aten.native_dropout=MUST_RECOMPUTE").value();
-  auto cpu = MinCutPartition(**g, options);
-  INFO(cpu.status().ToString());
-  REQUIRE(cpu.ok());
-  std::set<std::string> saved;
-  for (const SavedValue& v : cpu->signature.saved) saved.insert(v.name);
-  CHECK(saved == std::set<std::string>{"primals_1"});
+  const char* must_recompute = "checkpoint_policy:op:aten.native_dropout=MUST_RECOMPUTE";
+  CHECK(SavedNames(PartitionUnder(**g, must_recompute)) == std::set<std::string>{"primals_1"});
   // On a device whose generator state cannot be replayed (xla) it is a contradiction...
   std::string on_xla = kDropout;
   for (size_t at; (at = on_xla.find("]cpu")) != std::string::npos;) on_xla.replace(at, 4, "]xla:0");
   auto x = ParseGraph(on_xla);
   INFO(x.status().ToString());
   REQUIRE(x.ok());
+  MinCutOptions options;
+  options.policy = ParsePolicy(must_recompute).value();
   auto p = MinCutPartition(**x, options);
   REQUIRE_FALSE(p.ok());
   CHECK_THAT(p.status().ToString(), Catch::Contains("value 'native_dropout', output of aten.native_dropout.default: MUST_RECOMPUTE"));
   CHECK_THAT(p.status().ToString(), Catch::Contains("it is a random op, and its device ('xla') has no generator state"));
   // ... and PREFER_RECOMPUTE saves it.
-  options.policy = ParsePolicy("nothing_saveable").value();
-  auto q = MinCutPartition(**x, options);
-  INFO(q.status().ToString());
-  REQUIRE(q.ok());
-  saved.clear();
-  for (const SavedValue& v : q->signature.saved) saved.insert(v.name);
-  CHECK(saved == std::set<std::string>{"getitem_1"});
+  CHECK(SavedNames(PartitionUnder(**x, "nothing_saveable")) == std::set<std::string>{"getitem_1"});
 }
 
 TEST_CASE("policies: Inductor's seed op is no value of the program: saved, never replayed") {
@@ -368,15 +374,9 @@ def forward(self, primals_1: "f32[8][1]cpu rg", tangents_1: "f32[8][1]cpu"):
   REQUIRE(g.ok());
   for (const char* policy : {"nothing_saveable", "dots_saveable"}) {
     INFO(policy);
-    MinCutOptions options;
-    options.policy = ParsePolicy(policy).value();
-    auto p = MinCutPartition(**g, options);
-    INFO(p.status().ToString());
-    REQUIRE(p.ok());
-    std::set<std::string> saved;
-    for (const SavedValue& v : p->signature.saved) saved.insert(v.name);
-    CHECK(saved == std::set<std::string>{"seeds"});
-    for (const auto& n : p->forward->nodes()) CHECK(n->target() != "higher_order.run_and_save_rng_state");
+    const Partition p = PartitionUnder(**g, policy);
+    CHECK(SavedNames(p) == std::set<std::string>{"seeds"});
+    for (const auto& n : p.forward->nodes()) CHECK(n->target() != "higher_order.run_and_save_rng_state");
   }
 }
 
