@@ -1,12 +1,13 @@
 // fxremat_io_bench: graph file I/O in process, for bench/io_bench.py.
 //
-//   fxremat_io_bench G.json[.gz] [--repeats N] [--write-gz-level L ...]
+//   fxremat_io_bench G.json[.gz] [--repeats N] [--out DIR] [--parse-only]
 //
 // Times, best of N: reading the file into memory (ReadFileContents, gunzip
 // included), parsing it into the IR (GraphFromJson on the text), serializing
 // the IR (GraphToJson) and writing it to a file (WriteGraphFile, .json and
 // .json.gz). FXREMAT_JSON_IO=nlohmann selects the pre-issue-11 reader and
 // writer (nlohmann's DOM) in the same build. Prints one JSON object.
+// --parse-only runs GraphFromJson N times and nothing else (for perf record).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
