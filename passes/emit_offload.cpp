@@ -288,8 +288,9 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
       return Status::BadInput("only tensors can be offloaded to host", where);
     Node* produced = fw.outputValues().at(static_cast<size_t>(s.forward_output_index));
     if (produced && produced->name() == s.graphName()) continue;  // already emitted
-    if (!produced || produced->name() != s.name)
-      return Status::Internal(fmt::format("forward output {} is not '{}'", s.forward_output_index, s.name), where);
+    if (!produced || produced->name() != s.deviceName())
+      return Status::Internal(fmt::format("forward output {} is not '{}'", s.forward_output_index, s.deviceName()),
+                              where);
     if (fw.findNode(s.graphName()) || bw.findNode(s.graphName()))
       return Status::BadInput(fmt::format("cannot name its host copy '{}': the name is taken", s.graphName()), where);
     todo.push_back(&s);
@@ -320,7 +321,7 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
   Node* fw_output = fw.outputNode();
   std::vector<Node*> anchors, starts;
   for (SavedValue* s : todo) {
-    Node* value = fw.findNode(s->name);
+    Node* value = fw.findNode(s->deviceName());
     // Never between placeholders: the copy of an input goes after the last one.
     size_t defined = value->index();
     if (const size_t num_inputs = fw.placeholders().size(); num_inputs > 0) defined = std::max(defined, num_inputs - 1);
@@ -334,7 +335,7 @@ Expected<bool> EmitOffload(Partition& p, const OffloadOptions& options) {
   if (async) SinkForwardWaits(fw, todo, moves, starts, anchors, options);
   for (size_t k = 0; k < todo.size(); ++k) {
     const SavedValue& s = *todo[k];
-    Node* value = fw.findNode(s.name);
+    Node* value = fw.findNode(s.deviceName());  // the snapshot, if any (Note [Snapshots of mutated inputs])
     Transfer t = ToHost(moves[k]);
     std::vector<Argument> args = {Argument::NodeRef(value)};
     args.insert(args.end(), t.extra_args.begin(), t.extra_args.end());

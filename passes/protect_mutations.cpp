@@ -2,6 +2,7 @@
 #include "passes/protect_mutations.h"
 #include "fxremat/phases.h"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -77,6 +78,42 @@ std::vector<bool> NeededByBackward(const Graph& joint, const JointClassification
   return needed;
 }
 
+// Whether `t`'s strides lay it out densely without overlap (clone keeps such
+// strides under preserve_format; anything else it makes contiguous). Symbolic
+// layouts are taken as dense: their clone's facts are then the input's.
+bool DenseNonOverlapping(const TensorFacts& t) {
+  const size_t rank = t.shape.size();
+  if (t.stride.size() != rank) return true;
+  for (size_t d = 0; d < rank; ++d)
+    if (!t.shape[d].is_static() || !t.stride[d].is_static()) return true;
+  std::vector<size_t> dims(rank);
+  for (size_t d = 0; d < rank; ++d) dims[d] = d;
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return t.stride[a].hint < t.stride[b].hint; });
+  int64_t expected = 1;
+  for (size_t d : dims) {
+    if (t.shape[d].hint == 1) continue;
+    if (t.stride[d].hint != expected) return false;
+    expected *= t.shape[d].hint;
+  }
+  return true;
+}
+
+constexpr std::string_view kCloneTarget = "aten.clone.default";
+constexpr std::string_view kCloneSchema = "aten::clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor";
+
+ValueFacts SnapshotFacts(const ValueFacts& of) {
+  ValueFacts v = of;
+  v.tensor.storage = -1;  // a storage of its own, not numbered in the joint graph
+  if (!DenseNonOverlapping(v.tensor)) {
+    int64_t stride = 1;
+    for (size_t d = v.tensor.shape.size(); d-- > 0;) {
+      v.tensor.stride[d] = Dim::Static(stride);
+      stride *= std::max<int64_t>(v.tensor.shape[d].hint, 1);
+    }
+  }
+  return v;
+}
+
 }  // namespace
 
 bool HasForwardMutations(const Graph& joint) {
@@ -110,9 +147,81 @@ Expected<bool> ProtectMutations(Graph& joint) {
   return changed;
 }
 
+Status SnapshotSavedMutatedData(const Graph& joint, const JointClassification& c,
+                                const std::vector<Node*>& saved_tensors, Partition& p) {
+  if (!HasForwardMutations(joint)) return Status::Ok();
+  // Only the joint graph's nodes and c are read (no name look-ups there): the
+  // budget solver's threads extract from one joint graph at once.
+  const std::vector<int64_t> last_write = LastWrites(joint, c);
+  Graph& fw = *p.forward;
+  Graph& bw = *p.backward;
+  Node* const fw_output = fw.outputNode();
+  if (!fw_output || fw_output->args().size() != 1 || fw_output->args()[0].kind != Argument::Kind::kList)
+    return Status::Internal("the forward graph has no output list", "forward graph");
+  const int64_t first_saved = p.signature.num_fwd_outputs;
+  bool clone_known = false;
+  for (SavedValue& s : p.signature.saved) {
+    if (s.kind != SavedValue::Kind::kTensor) continue;
+    const int64_t k = s.forward_output_index - first_saved;
+    if (k < 0 || k >= static_cast<int64_t>(saved_tensors.size())) continue;
+    const Node* value = saved_tensors[static_cast<size_t>(k)];
+    if (value->name() != s.name || !value->val().is_tensor()) continue;
+    const Node* root = AliasRoot(value);
+    const int64_t write = last_write[root->index()];
+    if (write <= static_cast<int64_t>(value->index())) continue;  // no write, or the value is the new data
+    // The backward reads the old data if a reader it computes stands before
+    // the write in the joint graph.
+    bool reads_old = false;
+    for (const Node* u : value->users())
+      reads_old = reads_old || (!u->isOutput() && static_cast<int64_t>(u->index()) < write && bw.findNode(u->name()));
+    if (!reads_old) continue;
+    Node* input = bw.findNode(s.graphName());
+    Node* saved = fw.findNode(s.name);
+    const std::vector<Argument>& outputs_now = fw_output->args()[0].list;
+    const size_t at = static_cast<size_t>(s.forward_output_index);
+    if (!input || !saved || at >= outputs_now.size() || !outputs_now[at].is_node() || outputs_now[at].node != saved)
+      return Status::Internal(fmt::format("saved value '{}' is not forward output {} and a backward input", s.name, at),
+                              "forward graph");
+    if (!clone_known) {
+      EnsureOpFacts(fw, std::string(kCloneTarget), std::string(kCloneSchema), {"core", "pt2_compliant_tag"},
+                    {"core", "out", "pt2_compliant_tag"});
+      clone_known = true;
+    }
+    Node* before = nullptr;
+    if (saved->isPlaceholder()) {
+      for (const auto& up : fw.nodes())
+        if (!up->isPlaceholder()) { before = up.get(); break; }
+    } else {
+      before = fw.nodes()[saved->index() + 1].get();
+    }
+    s.snapshot = true;
+    if (fw.findNode(s.deviceName()) || bw.findNode(s.deviceName()))
+      return Status::Internal(fmt::format("the name '{}' is taken", s.deviceName()), "forward graph");
+    Node* snapshot = fw.createNodeBefore(before, OpKind::kCallFunction, s.deviceName(), kCloneTarget,
+                                         {Argument::NodeRef(saved)});
+    snapshot->val() = SnapshotFacts(saved->val());
+    std::vector<Argument> outputs = outputs_now;
+    outputs[at] = Argument::NodeRef(snapshot);
+    fw.setInputs(fw_output, {Argument::List(std::move(outputs))});
+    s.facts = snapshot->val();
+    input->val() = snapshot->val();  // the backward receives the clone
+    p.signature.notes.push_back(fmt::format(
+        "saved '{}' as a copy taken before the forward overwrites it ({}): the backward reads the data from before "
+        "the write (Note [Snapshots of mutated inputs])",
+        s.name, DescribeMutation(joint, *root)));
+  }
+  return Status::Ok();
+}
+
 std::string DescribeMutation(const Graph& joint, const std::string& mutated) {
   const Node* root = joint.findNode(mutated);
   if (!root) return fmt::format("'{}' is mutated", mutated);
+  return DescribeMutation(joint, *root);
+}
+
+std::string DescribeMutation(const Graph& joint, const Node& mutated_root) {
+  const Node* root = &mutated_root;
+  const std::string& mutated = root->name();
   if (root->isPlaceholder() && root->meta().mutated)
     return fmt::format("the program mutates the input '{}' (AOTAutograd writes its new value back after the forward)",
                        mutated);

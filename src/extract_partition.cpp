@@ -17,6 +17,7 @@
 #include "fxremat/partition.h"
 #include "partition_internal.h"
 #include "passes/order_saved_values.h"
+#include "passes/protect_mutations.h"
 
 namespace fxremat {
 
@@ -508,6 +509,9 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
   FXREMAT_ASSIGN_OR_RETURN(result.forward, std::move(*forward));
   FXREMAT_ASSIGN_OR_RETURN(result.backward, std::move(*backward));
 
+  // Note [Snapshots of mutated inputs]: a scratch partition too, so that the
+  // budget solver prices the copies.
+  FXREMAT_RETURN_IF_ERROR(SnapshotSavedMutatedData(joint, c, saved_tensors, result));
   if (options.scratch) return result;
   Status check = CheckSignature(*result.forward, *result.backward, result.signature);
   if (!check.ok()) return Status::Internal("emitted graphs violate their signature: " + check.ToString());

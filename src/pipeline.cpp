@@ -199,6 +199,10 @@ void AssignSavedValueRules(Partition& p, const Graph& g, const std::string& part
     else if (any([](const Node& x) { return MustBeInForward(x); })) v.rule = "must be in the forward";
     else if (n && is_forward_output[n->index()]) v.rule = "forward output";
     else v.rule = own;
+    // Note [Snapshots of mutated inputs]
+    constexpr std::string_view kCopied = "copied before the write";
+    if (v.snapshot && v.rule.find(kCopied) == std::string::npos)
+      v.rule = v.rule.empty() ? std::string(kCopied) : fmt::format("{}, {}", v.rule, kCopied);
   }
 }
 

@@ -121,7 +121,7 @@ Status CheckSignature(const Graph& forward, const Graph& backward, const Signatu
       return Violation(where(), fmt::format("a saved {} must be a backward input in [{}, {}), not {}",
                                           is_sym ? "symint" : "tensor", bw_lo, bw_hi, s.backward_input_index));
     const Node* produced = fw_out[static_cast<size_t>(s.forward_output_index)];
-    if (!produced || produced->name() != s.graphName())
+    if (!produced || produced->name() != s.forwardName())
       return Violation(where(), fmt::format("declared at forward output {} but forward output {} is '{}'",
                                           s.forward_output_index, s.forward_output_index,
                                           produced ? produced->name() : "None"));
@@ -276,6 +276,7 @@ std::string SignatureToJson(const Signature& sig) {
     w.Key("decision"); StringOrNull(w, v.decision);
     if (!v.rule.empty()) { w.Key("rule"); w.String(v.rule); }
     w.Key("offloaded"); w.Bool(v.offloaded);
+    if (v.snapshot) { w.Key("snapshot"); w.Bool(true); }
     if (v.no_vc_check) { w.Key("no_vc_check"); w.Bool(true); }
     w.Key("origin_op"); StringOrNull(w, v.origin_op);
     w.Key("origin_location"); StringOrNull(w, v.origin_location);
@@ -391,6 +392,7 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
     e["decision"] = s.decision.empty() ? ojson(nullptr) : ojson(s.decision);
     if (!s.rule.empty()) e["rule"] = s.rule;
     e["offloaded"] = s.offloaded;
+    if (s.snapshot) e["snapshot"] = true;
     if (s.no_vc_check) e["no_vc_check"] = true;
     e["origin_op"] = s.origin_op.empty() ? ojson(nullptr) : ojson(s.origin_op);
     e["origin_location"] = s.origin_location.empty() ? ojson(nullptr) : ojson(s.origin_location);
@@ -506,6 +508,7 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
       if (s.contains("decision") && s["decision"].is_string()) v.decision = s["decision"].get<std::string>();
       if (s.contains("rule") && s["rule"].is_string()) v.rule = s["rule"].get<std::string>();
       if (s.contains("offloaded") && s["offloaded"].is_boolean()) v.offloaded = s["offloaded"].get<bool>();
+      if (s.contains("snapshot") && s["snapshot"].is_boolean()) v.snapshot = s["snapshot"].get<bool>();
       if (s.contains("no_vc_check") && s["no_vc_check"].is_boolean()) v.no_vc_check = s["no_vc_check"].get<bool>();
       if (s.contains("origin_op") && s["origin_op"].is_string()) v.origin_op = s["origin_op"].get<std::string>();
       if (s.contains("origin_location") && s["origin_location"].is_string())

@@ -48,6 +48,10 @@ struct SavedValue {
   // Saved in host memory: the forward copies it to host, the backward reloads it
   // (Note [Offload] in passes/emit_offload.h). `facts` stay the device value's.
   bool offloaded = false;
+  // Saved as a copy taken before the forward overwrites its data (Note
+  // [Snapshots of mutated inputs] in passes/protect_mutations.h): the forward
+  // returns `<name>_snapshot`, a clone of it; the backward's input keeps the name.
+  bool snapshot = false;
   // Stashed on ctx without a version-counter check (AOTAutograd's
   // SavedForBackwardsNoVcCheckAOTOutput); such tensors come last among the
   // saved tensors (passes/order_saved_values.h).
@@ -61,6 +65,11 @@ struct SavedValue {
   // The node name at its forward output and backward input: the joint name, or
   // "<name>_host" (the host copy) when offloaded (Note [Offload]).
   std::string graphName() const { return offloaded ? name + "_host" : name; }
+  // The forward's node of the device value: the joint name, or
+  // "<name>_snapshot" for a snapshot.
+  std::string deviceName() const { return snapshot ? name + "_snapshot" : name; }
+  // The node name at its forward output: the host copy when offloaded.
+  std::string forwardName() const { return offloaded ? graphName() : deviceName(); }
 };
 
 struct PrimalEntry {

@@ -591,6 +591,12 @@ def build_modules(
     bw_slot = dict(fw_slot)
     force_fw: set[str] = set()
     force_bw: set[str] = set()
+    # Note [Snapshots of mutated inputs] (passes/protect_mutations.h): a snapshot's
+    # forward slot holds `<name>_snapshot`, a clone the pipeline made; the backward's
+    # input keeps the name.
+    for s in saved:
+        if s.get("snapshot") and not s.get("offloaded"):
+            fw_slot[s["name"]] = s["name"] + "_snapshot"
     offloaded = [s for s in saved if s.get("offloaded")]
     if offloaded:
         doc_outs = fw_doc["nodes"][-1]["args"][0]

@@ -209,6 +209,54 @@ def test_batchnorm_running_stats(compiler, kind, fresh_compile_state):
     _compile_step(BatchNormNet, torch.randn(2, 3, 6, 6), options)
 
 
+class ClonedThenMutated(nn.Module):
+    """The backward needs a buffer's value from before the forward overwrites it: the
+    user clones it (eager needs that), and Inductor's remove_noop_ops erases the clone
+    before the partitioner runs (Note [Snapshots of mutated inputs])."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8))
+        self.register_buffer("s", torch.rand(8) + 1.0)
+
+    def forward(self, x):
+        g = self.w * self.s.clone()
+        with torch.no_grad():
+            self.s.mul_(3.0)
+        return (g * x).sum()
+
+
+class MocoQueue(nn.Module):
+    """MoCo's negative keys: logits against a queue buffer, which the same forward then
+    enqueues new keys into (a slice written in place). The matmul's backward needs the
+    queue as it was."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(8, 6)
+        self.register_buffer("queue", nn.functional.normalize(torch.randn(6, 10), dim=0))
+
+    def forward(self, x):
+        q = nn.functional.normalize(self.enc(x), dim=1)
+        logits = torch.einsum("nc,ck->nk", q, self.queue.clone().detach())
+        with torch.no_grad():
+            self.queue[:, : x.shape[0]] = q.detach().t()
+        return torch.logsumexp(logits / 0.07, dim=1).mean()
+
+
+@pytest.mark.parametrize("cls", [ClonedThenMutated, MocoQueue])
+@pytest.mark.parametrize("options", [{"compiler": "inductor"}, {"compiler": "aot_eager"},
+                                     {"compiler": "inductor", "activation_memory_budget": 0.0},
+                                     {"compiler": "inductor", "partitioner": "default"},
+                                     {"compiler": "inductor", "policy": POLICIES["nothing_saveable"]}],
+                         ids=["inductor", "aot_eager", "inductor-budget0", "inductor-default", "inductor-nothing"])
+def test_backward_reads_the_data_before_the_write(cls, options, fresh_compile_state):
+    """Saved as it is, the mutated buffer would give the backward the new data (PyTorch's
+    own Inductor compile of ClonedThenMutated gives grad(w) = 3x eager's)."""
+    x = torch.randn(8) if cls is ClonedThenMutated else torch.randn(4, 8)
+    _compile_step(cls, x, dict(options))
+
+
 # ---- through the CLI -----------------------------------------------------------------
 
 # The CLI's text form of each policy kind (fxremat.policies.Policy.to_text).
