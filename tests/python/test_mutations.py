@@ -281,3 +281,29 @@ def cli_partition_and_verify(repo_root, graph, policy, tmp_path):
     assert r.returncode == 0, r.stderr
     r = subprocess.run([str(cli), "verify", str(graph), str(out)], capture_output=True, text=True)
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("partitioner", ["mincut", "default"])
+def test_cli_snapshot_verifies(partitioner, repo_root, tmp_path):
+    """Note [Snapshots of mutated inputs] through the CLI: the golden graph where the
+    backward reads two inputs before the writes (an epilogue and an in-graph copy_ at
+    the end); the partition saves copies, says so, and verifies against the joint
+    graph, which reads the old data there."""
+    import json
+    import subprocess
+
+    text = (repo_root / "tests" / "golden" / "protect_mutations.test").read_text()
+    case = next(c for c in text.split("// -----") if "as AOTAutograd lays a joint graph out" in c)
+    graph = tmp_path / "joint.fxir"
+    graph.write_text("\n".join(l for l in case.splitlines() if l.strip() and not l.startswith("//")) + "\n")
+    cli = repo_root / "build" / "fxremat"
+    out = tmp_path / "out"
+    r = subprocess.run([str(cli), "partition", str(graph), "-o", str(out), "--partitioner", partitioner],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    sig = json.loads((out / "signature.json").read_text())
+    snapshots = sorted(s["name"] for s in sig["saved"] if s.get("snapshot"))
+    assert "primals_1" in snapshots and len(snapshots) == 2, sig["saved"]
+    assert sum("copy taken before the forward overwrites it" in n for n in sig["notes"]) == 2
+    r = subprocess.run([str(cli), "verify", str(graph), str(out)], capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
