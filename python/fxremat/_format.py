@@ -428,13 +428,15 @@ def _unbacked_hint(sym: Any, shape_env: Any) -> int:
     ranges = getattr(shape_env, "var_to_range", {}) if shape_env is not None else {}
     vr = ranges.get(sym)
     if vr is not None:
+        # An unbounded end is sympy's oo or torch's int_oo, whose int() raises
+        # TypeError, OverflowError or AttributeError (IntInfinity has no _mpf_).
         try:
             lower = int(vr.lower)
-        except (TypeError, ValueError, OverflowError):  # -oo
+        except Exception:  # noqa: BLE001 -- -oo, -int_oo
             lower = 0
         try:
             upper = int(vr.upper)
-        except (TypeError, ValueError, OverflowError):  # oo
+        except Exception:  # noqa: BLE001 -- oo, int_oo
             upper = None
     hint = max(fallback, lower)
     if upper is not None:

@@ -99,3 +99,49 @@ def test_unbacked_symbols_get_a_hint_inside_their_value_range():
     bw_targets = [n.target for n in part.backward.graph.nodes if n.op == "call_function"]
     asserts = [t for t in fw_targets + bw_targets if "assert" in str(t) or "constrain" in str(t)]
     assert asserts and all(t in fw_targets for t in asserts), (fw_targets, bw_targets)
+
+
+class _ItemSize(torch.nn.Module):
+    """``.item()`` used as a size: the unbacked symbol's range is [0, int_oo] (torch's
+    IntInfinity, whose int() raises AttributeError, not OverflowError)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 8)
+
+    def forward(self, x, n):
+        k = n.item()
+        torch._check(k >= 0)
+        return torch.tanh(self.l(x)).pow(2).mean() * (1 + torch.ones(k).sum())
+
+
+class _WhileLoop(torch.nn.Module):
+    """while_loop's backward reads its counter with .item(): an unbounded unbacked symbol."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16)
+        self.w = torch.nn.Parameter(torch.randn(16, 16) * 0.2)
+
+    def forward(self, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        _, h = while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, torch.tanh(h @ self.w) + h),
+                          (torch.tensor(0), self.a(x)))
+        return h.pow(2).mean()
+
+
+@pytest.mark.usefixtures("fresh_compile_state", "dynamic_output_shapes")
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("cls,args", [(_ItemSize, (torch.randn(6, 8), torch.tensor(4))),
+                                      (_WhileLoop, (torch.randn(4, 16),))], ids=["item_size", "while_loop"])
+def test_unbounded_unbacked_symbols(cls, args, compiler):
+    torch.manual_seed(0)
+    ref = cls()
+    m = cls()
+    m.load_state_dict(ref.state_dict())
+    ref(*args).backward()
+    torch._dynamo.reset()
+    torch.compile(m, backend="fxremat", options={"compiler": compiler})(*args).backward()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda s: f"{name}: {s}")
