@@ -301,6 +301,10 @@ class _Encoder:
                 if table is None:
                     table = shape_env.var_to_val
                 hint = table.get(sym)
+            try:
+                hint = int(hint) if hint is not None else None
+            except (TypeError, ValueError):  # no integer value: a jagged tensor's nested int (j1)
+                hint = None
             if hint is None:
                 hint = _unbacked_hint(sym, shape_env)
             self.symbols[name] = int(hint)
@@ -522,6 +526,49 @@ def effect_tokens(graph: fx.Graph) -> list[fx.Node]:
     return tokens
 
 
+def _joint_primals(graph: fx.Graph) -> list[fx.Node]:
+    return [n for n in _placeholders(graph) if derive_role(n.name, "joint") == "primal"
+            and n.meta.get("fxremat_role", "primal") == "primal"]
+
+
+def gradient_slots(graph: fx.Graph, num_fwd_outputs: int) -> list[int | None] | None:
+    """Note [Gradients of flattened inputs]: for each primal, the position among the joint
+    graph's gradient outputs of its gradient (None: it has none), when the joint graph
+    does not return one gradient per primal and AOTAutograd's descriptors say which is
+    whose; else None. A tensor-subclass input (a jagged nested tensor) is flattened into
+    several primals (SubclassGetAttrAOTInput), and a symint input is a primal, while the
+    gradient outputs follow the user's inputs (GradAOTOutput(grad_of=PlainAOTInput(i)),
+    None where an input has no gradient). The format returns one gradient per primal
+    (None for the others), and the built backward returns AOTAutograd's slots again."""
+    out = graph.output_node()
+    outs = out.args[0] if out.args else None
+    descs = out.meta.get("desc")
+    if not isinstance(outs, (list, tuple)) or not isinstance(descs, (list, tuple)) or len(descs) != len(outs):
+        return None
+    if effect_tokens(graph):
+        return None  # Note [Effect tokens] lays those out
+    primals = _joint_primals(graph)
+    grads = list(range(int(num_fwd_outputs), len(outs)))
+    if len(grads) == len(primals):
+        return None
+    where = {}
+    for j, p in enumerate(primals):
+        d = p.meta.get("desc")
+        if d is None:
+            return None
+        where[d] = j
+    slots: list[int | None] = [None] * len(primals)
+    for k, i in enumerate(grads):
+        d, v = descs[i], outs[i]
+        if v is None:
+            continue
+        j = where.get(getattr(d, "grad_of", None)) if type(d).__name__ == "GradAOTOutput" else None
+        if j is None or slots[j] is not None:
+            return None  # a gradient that is no primal's: leave the graph as it is (refused later)
+        slots[j] = k
+    return slots
+
+
 def with_token_gradients(outs: Sequence[Any], num_fwd_outputs: int, graph: fx.Graph) -> list[Any]:
     """``outs`` with a None gradient for each effect token (Note [Effect tokens]),
     when the joint graph returns one gradient per non-token primal; else unchanged."""
@@ -648,6 +695,10 @@ def to_json(
 
     if kind == "joint":
         outs = with_token_gradients(outs, int(num_fwd_outputs), graph)
+        slots = gradient_slots(graph, int(num_fwd_outputs))
+        if slots is not None:  # Note [Gradients of flattened inputs]
+            nfo = int(num_fwd_outputs)
+            outs = list(outs[:nfo]) + [None if k is None else outs[nfo + k] for k in slots]
 
     doc: dict[str, Any] = {"format": FORMAT_NAME, "version": list(VERSION)}
     if name is not None:

@@ -559,7 +559,7 @@ def build_modules(
         SavedForBackwardsNoVcCheckAOTOutput,
     )
 
-    from ._format import effect_tokens
+    from ._format import effect_tokens, gradient_slots
 
     graph = joint_module.graph
     joint_nodes = {n.name: n for n in graph.nodes}
@@ -680,6 +680,23 @@ def build_modules(
                 k += 1
         sig["primals"] = primals
         sig["backward"] = dict(sig["backward"], num_outputs=len(bw_outs))
+    slots = gradient_slots(graph, num_fwd_outputs)
+    if slots is not None:
+        # Note [Gradients of flattened inputs] (_format.gradient_slots): the document
+        # returned one gradient per primal; AOTAutograd's backward returns its own slots.
+        n_grads = len(joint_outs) - num_fwd_outputs
+        by_primal = sorted(sig["primals"], key=lambda p: p["gradient_index"])
+        laid_out: list[fx.Node | None] = [None] * n_grads
+        primals = []
+        for p, o, k in zip(by_primal, bw_outs, slots):
+            if k is not None:
+                laid_out[k] = o
+            primals.append(dict(p, gradient_index=-1 if k is None else k, has_gradient=k is not None and o is not None))
+        order = {p["name"]: q for p, q in zip(by_primal, primals)}
+        bw_outs = laid_out
+        sig = dict(sig)
+        sig["primals"] = [order[p["name"]] for p in sig["primals"]]
+        sig["backward"] = dict(sig["backward"], num_outputs=n_grads)
     bw_descs = list(joint_descs[num_fwd_outputs:]) if joint_descs is not None else None
     bw_graph = bb.finish(bw_outs, bw_descs)
 

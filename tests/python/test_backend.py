@@ -416,3 +416,32 @@ def test_partition_fn_builds_what_pytorch_builds_on_testdata(name, partitioner):
             assert g is None, f"output {i}"
         else:
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=lambda m: f"output {i}: {m}")
+
+
+class _Jagged(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 16)
+        self.b = torch.nn.Linear(16, 4)
+
+    def forward(self, nt):
+        return self.b(torch.nn.functional.gelu(self.a(nt))).values().pow(2).mean()
+
+
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("options", [{}, {"activation_memory_budget": 0.0}], ids=["min_cut", "budget0"])
+def test_jagged_nested_tensor_input(compiler, options, fresh_compile_state):
+    """Note [Gradients of flattened inputs]: a jagged nested tensor input is four primals
+    and a symint, and the joint graph returns a gradient per user input, not per primal."""
+    def inp():
+        g = torch.Generator().manual_seed(1)
+        return torch.nested.nested_tensor([torch.randn(n, 8, generator=g) for n in (3, 1, 5)], layout=torch.jagged)
+
+    torch.manual_seed(0)
+    ref = _Jagged()
+    m = _Jagged()
+    m.load_state_dict(ref.state_dict())
+    ref(inp()).backward()
+    torch.compile(m, backend="fxremat", options={"compiler": compiler, **options})(inp()).backward()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda s: f"{name}: {s}")
