@@ -786,7 +786,14 @@ def to_json(
             if constant_entries[str(node.target)].get("opaque") is None:
                 entry["meta"] = _encode_meta(enc, node, where, val=constant_entries[str(node.target)]["val"])
         elif node.op != "output":
-            entry["meta"] = _encode_meta(enc, node, where)
+            try:
+                entry["meta"] = _encode_meta(enc, node, where)
+            except (UnsupportedGraphError, ValueError):
+                raise
+            except Exception as e:  # noqa: BLE001 -- a value the encoder does not know (a nested int had no int())
+                # As any other graph it cannot encode: named, and a fallback to PyTorch's
+                # partitioner where the caller allows one.
+                raise UnsupportedGraphError(f"{where} meta['val']: cannot encode it ({type(e).__name__}: {e})") from e
             if node in mutated:
                 entry["meta"]["mutated"] = True
                 if mutated[node] is not None:

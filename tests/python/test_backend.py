@@ -445,3 +445,30 @@ def test_jagged_nested_tensor_input(compiler, options, fresh_compile_state):
     torch.compile(m, backend="fxremat", options={"compiler": compiler, **options})(inp()).backward()
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda s: f"{name}: {s}")
+
+
+def test_an_encoder_failure_names_the_node_and_may_fall_back(monkeypatch, fresh_compile_state):
+    """A value the encoder fails on in an unforeseen way (as a nested int's int() did) is
+    an UnsupportedGraphError naming the node, so that fallback=True can hand the graph
+    to PyTorch's partitioner, instead of a bare TypeError."""
+    from fxremat import _format
+
+    real = _format._Encoder.val
+
+    def failing(self, v, where):
+        if "node 'mul" in where:
+            raise TypeError("Cannot convert symbols to int")
+        return real(self, v, where)
+
+    monkeypatch.setattr(_format._Encoder, "val", failing)
+
+    def f(x):
+        return (x.sin() * 2).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    with pytest.raises(Exception, match=r"node 'mul.*cannot encode it \(TypeError: Cannot convert symbols to int\)"):
+        torch.compile(f, backend="fxremat", options={"compiler": "aot_eager"})(x).backward()
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="PyTorch's"):
+        torch.compile(f, backend="fxremat", options={"compiler": "aot_eager", "fallback": True})(x).backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach().cos())
