@@ -16,8 +16,16 @@ EmbeddingBag (per_sample_weights) / decoder weights, nn.TransformerEncoder, pack
 CTC with a masked mean, torch.where and in-place index_put_ on intermediates, einsum
 bilinear attention, buffers whose pre-mutation values the backward needs, a WaveNet
 stack, a multi-output module across a graph break, selective activation checkpointing,
-a CNN with a dynamic batch, and a custom autograd.Function and custom_op. Every model is
-built from a config with random weights at test size (no download).
+a CNN with a dynamic batch, and a custom autograd.Function and custom_op; and a third
+batch for AOTAutograd's edge cases: outputs aliasing each other, the input and a
+parameter; inputs (plain, and two overlapping views of one tensor) mutated in place;
+no_grad / detach regions with half-frozen layers; torch.cond, map, scan and while_loop
+(SCALAR_OUTPUTS); fxremat.checkpoint_name for the name policies; a transformer block
+whose sequence length reaches arange / view / masks (tfm_block_dynamic); integer and
+bool intermediates; an int graph output; ALBERT's shared layer; parametrizations
+(spectral_norm, weight_norm); torch.vmap; rfft with a complex parameter; and a jagged
+nested tensor input. Every model is built from a config with random weights at test
+size (no download).
 
 ``build(name)`` returns ``(module, inputs, loss_fn)`` as corpus_check's own builders do;
 ``MODELS`` lists what corpus_check runs by default; ``RANDOM`` names the models whose
@@ -870,6 +878,390 @@ class _CustomOps(nn.Module):
         return self.b(h).pow(2).mean() + s.mean()
 
 
+# ------------------------------------------------- more hand-written models (third batch)
+class _AliasOut(nn.Module):
+    """Forward outputs that alias: two views of one intermediate (each other's aliases),
+    views of the input and the input itself, views of a parameter; a graph break after the
+    call makes them outputs of the compiled graph (AOTAutograd regenerates them from their
+    bases), and the loss writes one of them in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(16, 32)
+        self.w = nn.Parameter(torch.randn(32, 8) * 0.2)
+
+    def forward(self, x):
+        y = torch.tanh(self.l1(x)) @ self.w
+        return y, y[:, :4], y.view(-1), x, x[1:], self.w.t(), self.w[0]
+
+
+def _alias_out_loss(m, x):
+    y, ys, yf, xx, xs, wt, w0 = m(x)
+    torch._dynamo.graph_break()
+    ys.mul_(2.0)  # in place on an output that is a view of another output
+    return (y.pow(2).mean() + yf.tanh().mean() + (xs.sum(0) @ m.l1.weight.t()).mean() * wt.sum()
+            + w0.pow(2).sum() * xx.mean())
+
+
+class _InputMutation(nn.Module):
+    """Inputs (not buffers, no grad) mutated by the model: sin(x) feeds a linear (the
+    weight's gradient needs sin of x's old value) before x.mul_(2) and a slice write
+    x[:, 0] = 0; a second input written through a slice from an intermediate, then
+    add_, then read."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(16, 16)
+        self.l2 = nn.Linear(16, 16)
+
+    def forward(self, x, y):
+        h = self.l1(torch.sin(x))
+        x.mul_(2.0)
+        x[:, 0] = 0.0
+        g = self.l2(torch.cos(x))
+        y[:, :2] = h[:, :2].detach()
+        y.add_(1.0)
+        return (h * g).pow(2).mean() + (torch.tanh(y) * h).mean()
+
+
+class _AliasedInputs(nn.Module):
+    """Two inputs that are overlapping views of one tensor (AOTAutograd's synthetic
+    base), both written in place, each write seen by the other; the linear's saved input
+    is a product of the pre-write view (to recompute it from the input would read the
+    written values)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+
+    def forward(self, a, b):  # a is base[:, :12], b is base[:, 4:12]
+        h = torch.tanh(self.l(b * 1.5))
+        a[:, :8].mul_(0.5)
+        b.add_(h.detach())
+        return (self.l(a[:, :8]) * h).pow(2).mean() + (b * h).mean()
+
+
+class _NoGradMix(nn.Module):
+    """torch.no_grad() regions and detach() inside the forward, a frozen weight with a
+    trainable bias, a trainable weight with a frozen bias, and a module used both under
+    no_grad and with grad."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 32)
+        self.c = nn.Linear(32, 8)
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 32))
+        self.a.weight.requires_grad_(False)
+        self.c.bias.requires_grad_(False)
+
+    def forward(self, x):
+        h = self.a(x)
+        with torch.no_grad():
+            stat = self.b(h).abs().mean(0) + 1.0
+            mask = (h > h.mean()).float()
+        g = self.b(h * self.scale) / stat
+        g = g * mask + g.detach() * (1 - mask) * 0.5
+        d = h.detach().pow(2) * 0.1
+        return self.c(torch.tanh(g) + d).pow(2).mean()
+
+
+class _CondBranch(nn.Module):
+    """torch.cond on a data-dependent predicate, both branches using parameters (their
+    own and a shared one), inside a two-layer loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(16, 32)
+        self.t = nn.ModuleList(nn.Linear(32, 32) for _ in range(2))
+        self.f = nn.ModuleList(nn.Linear(32, 32) for _ in range(2))
+        self.shared = nn.Parameter(torch.linspace(0.5, 1.5, 32))
+        self.out = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for t, f in zip(self.t, self.f):
+            h = h + torch.cond(h.sum() > 0, lambda z: torch.tanh(t(z)) * self.shared,
+                               lambda z: torch.sigmoid(f(z * self.shared)), (h,))
+        return self.out(h).pow(2).mean()
+
+
+class _HopMap(nn.Module):
+    """torch._higher_order_ops.map over the leading dimension, the body using
+    parameters and a closed-over intermediate (SCALAR_OUTPUTS)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 16)
+
+    def forward(self, x):  # x: (3, 4, 16)
+        from torch._higher_order_ops.map import map as hmap
+
+        ctx = torch.tanh(self.a(x.mean(0)))  # (4, 32)
+        ys = hmap(lambda xi: self.b(F.gelu(self.a(xi)) * ctx), x)
+        return ys.pow(2).mean()
+
+
+class _ScanRNN(nn.Module):
+    """An Elman RNN through torch._higher_order_ops.scan (carry and per-step outputs,
+    parameters closed over; SCALAR_OUTPUTS)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wx = nn.Linear(8, 16)
+        self.wh = nn.Parameter(torch.randn(16, 16) * 0.2)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x, y):  # x: (T, B, 8), y: (B,)
+        from torch._higher_order_ops.scan import scan
+
+        xs = self.wx(x)
+
+        def step(h, xt):
+            n = torch.tanh(xt + h @ self.wh)
+            # (n, n.clone()) or (n, n * 2): "scan might be aliasing the input or the
+            # output!" in PyTorch's own Inductor (torch 2.13)
+            return n.clone(), n.sin()
+
+        h, ys = scan(step, torch.zeros(x.shape[1], 16), xs)
+        return F.cross_entropy(self.out(h), y) + ys.pow(2).mean()
+
+
+class _WhileLoop(nn.Module):
+    """torch._higher_order_ops.while_loop: three iterations of a parameterized update with
+    a tensor counter. Its backward selects each iteration's carry at ``counter.item()``:
+    an unbacked SymInt with an unbounded range (SCALAR_OUTPUTS), whose int_oo bound the
+    encoder could not convert before 46822bf (the backend raised)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.w = nn.Parameter(torch.randn(16, 16) * 0.2)
+
+    def forward(self, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        h0 = self.a(x)
+        _, h = while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, torch.tanh(h @ self.w) + h),
+                          (torch.tensor(0), h0))
+        return h.pow(2).mean()
+
+
+class _NamedCkpt(nn.Module):
+    """fxremat.checkpoint_name on an attention block's projections and MLP hidden:
+    for the policies that select by name (corpus_check --configs
+    policy=save_only_these_names:attn)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.ModuleDict(dict(
+            ln=nn.LayerNorm(32), qkv=nn.Linear(32, 96), o=nn.Linear(32, 32),
+            up=nn.Linear(32, 64), down=nn.Linear(64, 32))) for _ in range(2))
+
+    def forward(self, x):
+        import fxremat
+
+        b, s, _ = x.shape
+        for blk in self.blocks:
+            q, k, v = blk["qkv"](blk["ln"](x)).view(b, s, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            q = fxremat.checkpoint_name(q, "q")
+            att = fxremat.checkpoint_name((q @ k.transpose(-1, -2) / 8 ** 0.5).softmax(-1), "attn")
+            a = (att @ v).transpose(1, 2).reshape(b, s, 32)
+            x = x + fxremat.checkpoint_name(blk["o"](a), "attn_out")
+            hid = fxremat.checkpoint_name(F.gelu(blk["up"](x)), "mlp")
+            x = x + blk["down"](hid)
+        return x.pow(2).mean()
+
+
+class _TfmBlock(nn.Module):
+    """A transformer block whose sequence length (symbolic in tfm_block_dynamic) reaches
+    view / reshape / arange: sinusoidal positions from arange, a causal and a local-window
+    mask from arange comparisons, a padding mask from the input values, masked_fill and
+    multiplicative masking, a reshape back to (b*s, d)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+        self.o = nn.Linear(32, 32)
+        self.ln1 = nn.LayerNorm(32)
+        self.ln2 = nn.LayerNorm(32)
+        self.ff = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+        self.head = nn.Linear(32, 8)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        pos = torch.arange(s, dtype=x.dtype)[:, None] / (100.0 ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+        x = x + torch.cat([pos.sin(), pos.cos()], -1)[None]
+        keep = (x[..., 0] > -1.5).to(x.dtype)  # (b, s): padding from the data
+        q, k, v = self.qkv(self.ln1(x)).reshape(b, s, 3, 4, d // 4).permute(2, 0, 3, 1, 4).unbind(0)
+        i = torch.arange(s)
+        allowed = (i[:, None] >= i[None, :]) & ((i[:, None] - i[None, :]) < 6)
+        sc = (q @ k.transpose(-1, -2)) * (d // 4) ** -0.5
+        sc = sc.masked_fill(~allowed, float("-inf")) + (keep[:, None, None, :] - 1.0) * 1e4
+        a = (sc.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.o(a) * keep[..., None]
+        x = x + self.ff(self.ln2(x))
+        out = self.head(x.view(b * s, d)).view(b, s, -1)
+        return (out.pow(2).mean(-1) * keep).sum() / keep.sum().clamp(min=1.0)
+
+
+class _IntSaved(nn.Module):
+    """Integer and bool intermediates the backward needs: a bool mask from the input in
+    torch.where (both branches with gradients), max's indices gathered, argmax into
+    F.one_hot, a cumsum of a mask as embedding indices, multiplicative masking, clamp."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(16, 32)
+        self.emb = nn.Embedding(17, 32)
+        self.c = nn.Linear(32, 8)
+
+    def forward(self, x):
+        m = x[:, :1] > 0  # bool, from the input
+        h = torch.where(m, torch.tanh(self.a(x)), F.silu(self.b(x)))
+        v, idx = h.max(-1)
+        shift = torch.arange(4)[:, None].repeat(1, x.shape[0] // 4).flatten()
+        picked = h.gather(1, ((idx + shift) % 32)[:, None])
+        oh = F.one_hot(self.b(x).argmax(-1), 32).to(h.dtype)
+        mask = (x > 0.3).long()
+        pos = mask.cumsum(-1)  # 0..16
+        e = self.emb(pos).mean(1)
+        g = (h * oh + e) * (h.abs() > 0.1).to(h.dtype)
+        g = g.clamp(-0.8, 0.8) * v[:, None] + picked
+        return self.c(g).pow(2).mean()
+
+
+class _MultiIntOut(nn.Module):
+    """Four outputs weighted differently by the loss, one of them int64 (argmax
+    predictions compared with the labels), one a count (a 0-dim int); a graph break makes
+    them all outputs of the compiled graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(16, 32), nn.Tanh())
+        self.cls = nn.Linear(32, 5)
+        self.val = nn.Linear(32, 1)
+        self.rec = nn.Linear(32, 16)
+
+    def forward(self, x):
+        t = self.trunk(x)
+        logits = self.cls(t)
+        pred = logits.argmax(-1)
+        return logits, self.val(t).squeeze(-1), self.rec(t), pred, (pred > 2).sum()
+
+
+def _multi_int_out_loss(m, x, y):
+    logits, val, rec, pred, count = m(x)
+    torch._dynamo.graph_break()
+    right = (pred == y).to(val.dtype)
+    return (1.0 * F.cross_entropy(logits, y) + 0.5 * (val - right).pow(2).mean()
+            + 0.1 * (rec - x).pow(2).mean() * (1 + count))
+
+
+class _AlbertShared(nn.Module):
+    """ALBERT-style weight sharing: a factorized embedding (64 -> 16 -> 32) and one
+    transformer layer applied four times, the output projection tied to the embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, 16)
+        self.proj = nn.Linear(16, 32)
+        self.layer = nn.ModuleDict(dict(ln1=nn.LayerNorm(32), qkv=nn.Linear(32, 96), o=nn.Linear(32, 32),
+                                        ln2=nn.LayerNorm(32), up=nn.Linear(32, 64), down=nn.Linear(64, 32)))
+        self.back = nn.Linear(32, 16)
+
+    def forward(self, ids):
+        b, s = ids.shape
+        x = self.proj(self.emb(ids))
+        L = self.layer
+        for _ in range(4):
+            q, k, v = L["qkv"](L["ln1"](x)).view(b, s, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + L["o"](a.transpose(1, 2).reshape(b, s, 32))
+            x = x + L["down"](F.gelu(L["up"](L["ln2"](x))))
+        logits = self.back(x) @ self.emb.weight.t()
+        return F.cross_entropy(logits.flatten(0, 1), ids.flatten())
+
+
+
+
+class _Parametrized(nn.Module):
+    """torch.nn.utils.parametrizations: spectral_norm (its power iteration updates the
+    u / v buffers in place in every training forward, under no_grad, and the weight is
+    divided by sigma computed from them) and weight_norm (original0 / original1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.utils.parametrizations.spectral_norm(nn.Linear(16, 32))
+        self.b = nn.utils.parametrizations.weight_norm(nn.Linear(32, 32))
+        self.c = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.c(torch.tanh(self.b(F.silu(self.a(x))))).pow(2).mean()
+
+
+class _VmapEnsemble(nn.Module):
+    """torch.vmap in the forward: a 3-member MLP ensemble with stacked weights (vmapped
+    over the parameters, the input shared), and a per-sample vmapped reduction through a
+    closed-over parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(3, 16, 32) * 0.2)
+        self.b1 = nn.Parameter(torch.zeros(3, 32))
+        self.w2 = nn.Parameter(torch.randn(3, 32, 4) * 0.2)
+
+    def forward(self, x):
+        def one(w1, b1, w2, x):
+            return torch.tanh(x @ w1 + b1) @ w2
+
+        out = torch.vmap(one, in_dims=(0, 0, 0, None))(self.w1, self.b1, self.w2, x)
+        per = torch.vmap(lambda r: torch.tanh(r @ self.w1[0]).pow(2).sum())(x)  # a closed-over parameter
+        return out.pow(2).mean() + per.mean() * 0.01
+
+
+class _FFTComplex(nn.Module):
+    """A Fourier-neural-operator layer: rfft, a complex64 parameter contracted with the
+    low modes by einsum, irfft, and the parameter's magnitude in the loss (complex
+    gradients)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.wc = nn.Parameter(torch.randn(8, 8, 5, dtype=torch.cfloat) * 0.2)
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):  # (b, 16, 4)
+        h = self.inp(x).transpose(1, 2)
+        f = torch.fft.rfft(h, dim=-1)[..., :5]
+        y = torch.fft.irfft(torch.einsum("bim,iom->bom", f, self.wc), n=16, dim=-1)
+        h = F.gelu(h + y).transpose(1, 2)
+        return self.out(h).pow(2).mean() + self.wc.abs().mean()
+
+_NJT_OFFSETS = torch.tensor([0, 3, 4, 9])
+
+
+class _NJTInput(nn.Module):
+    """A jagged nested tensor (layout=torch.jagged) as the input: AOTAutograd desugars the
+    subclass into its values, offsets and a nested-int ragged size (a SymInt whose hint
+    is a SingletonInt, not an int); linears, gelu and a per-row mean on it. PyTorch's
+    partitioners train it (torch 2.13); fxremat's encoder raised "TypeError: Cannot
+    convert symbols to int" on the nested int's hint, even with fallback=True, before
+    Note [Gradients of flattened inputs]."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 16)
+        self.b = nn.Linear(16, 4)
+
+    def forward(self, nt):
+        h = F.gelu(self.a(nt))
+        h = self.b(h * torch.sigmoid(h))
+        return h.values().pow(2).mean() + h.mean(dim=-1).values().sum() * 0.1
+
+
 def _hand_written(name: str):
     torch.manual_seed(0)
     if name == "ckpt":
@@ -939,24 +1331,71 @@ def _hand_written(name: str):
         return _CNNDyn(), (x, torch.tensor([[1, 5, 3, 9]])), lambda m, x, y: m(x, y)
     if name == "custom_ops":
         return _CustomOps(), (torch.randn(2, 6, 16),), lambda m, x: m(x)
+    if name == "alias_out":
+        return _AliasOut(), (torch.randn(6, 16),), _alias_out_loss
+    if name == "input_mutation":
+        return _InputMutation(), (torch.randn(6, 16), torch.randn(6, 16)), lambda m, x, y: m(x, y)
+    if name == "aliased_inputs":
+        base = torch.randn(6, 16)
+        return _AliasedInputs(), (base[:, :12], base[:, 4:12]), lambda m, a, b: m(a, b)
+    if name == "nograd_mix":
+        return _NoGradMix(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "cond_branch":
+        return _CondBranch(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "hop_map":
+        return _HopMap(), (torch.randn(3, 4, 16),), lambda m, x: m(x)
+    if name == "scan_rnn":
+        return _ScanRNN(), (torch.randn(5, 3, 8), torch.tensor([0, 3, 1])), lambda m, x, y: m(x, y)
+    if name == "while_loop":
+        return _WhileLoop(), (torch.randn(4, 16),), lambda m, x: m(x)
+    if name == "named_ckpt":
+        return _NamedCkpt(), (torch.randn(2, 6, 32),), lambda m, x: m(x)
+    if name == "tfm_block":
+        return _TfmBlock(), (torch.randn(2, 12, 32),), lambda m, x: m(x)
+    if name == "int_saved":
+        return _IntSaved(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "multi_int_out":
+        return _MultiIntOut(), (torch.randn(8, 16), torch.randint(0, 5, (8,))), _multi_int_out_loss
+    if name == "albert_shared":
+        return _AlbertShared(), (_ids(),), lambda m, ids: m(ids)
+    if name == "parametrized":
+        return _Parametrized(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "vmap_ensemble":
+        return _VmapEnsemble(), (torch.randn(5, 16),), lambda m, x: m(x)
+    if name == "fft_complex":
+        return _FFTComplex(), (torch.randn(2, 16, 4),), lambda m, x: m(x)
+    if name == "njt_input":
+        # One offsets tensor for every build: the ragged size (j1) is tied to it, and
+        # corpus_check compares the inputs after the step with eager's (j1 != j2 else).
+        nt = torch.nested.nested_tensor_from_jagged(torch.randn(9, 8), _NJT_OFFSETS)
+        return _NJTInput(), (nt,), lambda m, nt: m(nt)
     raise KeyError(name)
 
 
 HAND_WRITTEN = ("ckpt", "ckpt_dropout", "mha", "sdpa", "embbag", "inplace2", "buffer_update", "rope_complex",
                 "autocast", "frozen", "channels_last", "noise", "indexy", "f64", "input_grad",
                 "unet", "densenet", "mha_masks", "tied_bag", "tfm_encoder", "packed_rnn", "ctc", "where_inplace",
-                "einsum_bilinear", "buffer_counter", "wavenet", "multi_out", "sac", "cnn", "custom_ops")
+                "einsum_bilinear", "buffer_counter", "wavenet", "multi_out", "sac", "cnn", "custom_ops",
+                "alias_out", "input_mutation", "aliased_inputs", "nograd_mix", "cond_branch", "hop_map", "scan_rnn",
+                "while_loop", "named_ckpt", "tfm_block", "int_saved", "multi_int_out", "albert_shared", "parametrized",
+                "vmap_ensemble", "fft_complex", "njt_input")
 MODELS = ["distilbert", "roberta", "deberta_v2", "electra", "whisper", "wav2vec2", "hubert", "convnext", "swin",
           "mobilenet_v2", "efficientnet", "clip_text", "clip_vision", "gpt_neox", "falcon", "phi", "qwen2", "gemma",
           "mistral", "qwen2_moe", "olmoe", "mamba", "gpt2_gc", "gpt2_dropout", "gpt2_gc_dropout",
-          *HAND_WRITTEN, "qwen2_dynamic", "sdpa_dynamic", "cnn_dynamic"]
+          *HAND_WRITTEN, "qwen2_dynamic", "sdpa_dynamic", "cnn_dynamic", "tfm_block_dynamic"]
 RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise")
+SCALAR_OUTPUTS = ("while_loop", "hop_map", "scan_rnn")  # built with torch._dynamo.config.capture_scalar_outputs
 
 
 def build(name: str):
     """``(module, inputs, loss_fn)`` for a model of this zoo (a ``*_dynamic`` name: the
     same model; corpus_check marks its sequence dimension dynamic)."""
     base = name.removesuffix("_dynamic")
+    # while_loop's backward reads its counter with .item(), and Inductor lowers map and
+    # scan to while loops: without captured scalar outputs the AOTAutograd trace (or
+    # Inductor's post-grad passes) raise DataDependentOutputException, under PyTorch's
+    # partitioners too, and Dynamo falls back to eager where it can (no partitioner runs).
+    torch._dynamo.config.capture_scalar_outputs = base in SCALAR_OUTPUTS
     if base in HAND_WRITTEN:
         return _hand_written(base)
     return _transformers(base)
