@@ -350,7 +350,11 @@ class _Encoder:
     def val(self, v: Any, where: str) -> Any:
         if isinstance(v, torch.Tensor):
             if v.layout != torch.strided:
-                raise UnsupportedGraphError(f"{where}: tensor layout {v.layout} is not supported")
+                # Note [Sparse values]: a sparse tensor (nn.Embedding(sparse=True)'s
+                # gradient) is a value the partitioner passes along without sizing it,
+                # as an opaque one; one that would have to cross into the backward is
+                # refused there (C++ saves tensors and symints only).
+                return {"kind": "opaque", "type": f"torch.Tensor.{str(v.layout).removeprefix('torch.')}"}
             facts = {
                 "kind": "tensor",
                 "dtype": _dtype_name(v.dtype),

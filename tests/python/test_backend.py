@@ -472,3 +472,32 @@ def test_an_encoder_failure_names_the_node_and_may_fall_back(monkeypatch, fresh_
     with pytest.warns(UserWarning, match="PyTorch's"):
         torch.compile(f, backend="fxremat", options={"compiler": "aot_eager", "fallback": True})(x).backward()
     torch.testing.assert_close(x.grad, 2 * x.detach().cos())
+
+
+class _SparseEmbedding(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e = torch.nn.Embedding(20, 8, sparse=True)
+        self.l = torch.nn.Linear(8, 2)
+
+    def forward(self, ids):
+        return self.l(torch.tanh(self.e(ids))).pow(2).mean()
+
+
+@pytest.mark.parametrize("options", [{"compiler": "aot_eager"}, {"compiler": "inductor"},
+                                     {"compiler": "inductor", "activation_memory_budget": 0.0},
+                                     {"compiler": "aot_eager", "partitioner": "default"}],
+                         ids=["aot_eager", "inductor", "inductor-budget0", "default"])
+def test_sparse_embedding_gradient(options, fresh_compile_state):
+    """Note [Sparse values]: nn.Embedding(sparse=True)'s gradient is a sparse_coo tensor,
+    an opaque value to the partitioner (it was refused, or needed fallback=True)."""
+    ids = torch.tensor([[1, 2, 3], [3, 4, 19]])
+    torch.manual_seed(0)
+    ref = _SparseEmbedding()
+    m = _SparseEmbedding()
+    m.load_state_dict(ref.state_dict())
+    ref(ids).backward()
+    torch.compile(m, backend="fxremat", options=options)(ids).backward()
+    assert m.e.weight.grad.layout == torch.sparse_coo
+    torch.testing.assert_close(m.e.weight.grad.to_dense(), ref.e.weight.grad.to_dense())
+    torch.testing.assert_close(m.l.weight.grad, ref.l.weight.grad)
