@@ -111,6 +111,18 @@ struct SubgraphPlan {
   std::vector<uint8_t> is_input, valid, live;  // bytes, not vector<bool>: read in the hot loops
 };
 
+bool IsEffectToken(const Node& n) {
+  constexpr std::string_view kWithEffects = "higher_order.with_effects";
+  for (const Node* u : n.users())
+    if (u->isCallFunction() && u->target() == kWithEffects && !u->args().empty() && u->args()[0].is_node() &&
+        u->args()[0].node == &n)
+      return true;
+  if (!n.isGetItem() || n.args().size() < 2 || !n.args()[0].is_node()) return false;
+  const Node* tuple = n.args()[0].node;
+  return tuple->isCallFunction() && tuple->target() == kWithEffects && n.args()[1].kind == Argument::Kind::kInt &&
+         n.args()[1].int_value == 0;
+}
+
 NodeSides ClassifySides(const Graph& joint) {
   NodeSides sides;
   sides.forward_only.assign(joint.size(), false);
@@ -325,6 +337,13 @@ Expected<Partition> ExtractPartition(const Graph& joint, const JointClassificati
     if (s->owningGraph() != &joint)
       return Status::Internal(fmt::format("saved value '{}' is not a node of the joint graph", s->name()));
     if (s->val().kind == ValueFacts::Kind::kOpaque && s->isPlaceholder()) continue;
+    // Note [Effect tokens are never saved]: a token only orders effectful ops;
+    // the backward's effects get a token of their own (tangents_token). Saved,
+    // the token input is None at run time (AOTAutograd erases tokens) and an
+    // intermediate token breaks Inductor's unlift_tokens, and saving one lets
+    // the backward replay the effect it orders. The budget solver's saved sets
+    // (which start from every input) named them (linalg.cholesky's error check).
+    if (IsEffectToken(*s)) continue;
     // A Python scalar (an int input Dynamo specialized, read by the backward)
     // is saved with the symints, as the reference saves it and AOTAutograd's
     // runtime stashes it (on ctx, not through save_for_backward).

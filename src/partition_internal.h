@@ -44,6 +44,10 @@ std::string UnreplayableReason(const Node& n);
 bool RandomOpMustBeSaved(const Node& n);
 // A view op: its result aliases an input (schema `Tensor(a)` return, not `Tensor(a!)`).
 bool IsViewOp(const Node& n);
+// An effect token: the first argument of a with_effects call, or the token
+// result of one (its getitem 0). Never saved (Note [Effect tokens are never
+// saved] in src/extract_partition.cpp).
+bool IsEffectToken(const Node& n);
 // Ops with side effects (a mutable schema): never dropped as dead code.
 bool IsImpure(const Node& n);
 
