@@ -12,7 +12,7 @@ differs.
 
     .venv/bin/python bench/corpus_check.py [--models a,b] [--compilers aot_eager,inductor]
 
-The models: the list below (MODELS) and bench/corpus_zoo.py's (ZOO_MODELS), 89 in all.
+The models: the list below (MODELS) and bench/corpus_zoo.py's (ZOO_MODELS), 105 in all.
 Prints one line per model and configuration; exits 1 if any differs or fails.
 Not part of ``make test`` (it takes about 40 minutes); tests/python holds the small versions.
 """

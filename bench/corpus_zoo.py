@@ -23,8 +23,17 @@ no_grad / detach regions with half-frozen layers; torch.cond, map, scan and whil
 (SCALAR_OUTPUTS); fxremat.checkpoint_name for the name policies; a transformer block
 whose sequence length reaches arange / view / masks (tfm_block_dynamic); integer and
 bool intermediates; an int graph output; ALBERT's shared layer; parametrizations
-(spectral_norm, weight_norm); torch.vmap; rfft with a complex parameter; and a jagged
-nested tensor input. Every model is built from a config with random weights at test
+(spectral_norm, weight_norm); torch.vmap; rfft with a complex parameter; a jagged
+nested tensor input; and a fourth batch: nn.Embedding(max_norm) renormalizing its weight
+in place, custom autograd.Functions with mark_dirty / setup_context /
+once_differentiable, learnable fake quantization, random draws as indices
+(gumbel_softmax hard, multinomial, randint) and reparameterized sampling with SDPA
+dropout, linear algebra with gradients (cholesky, solve, qr, eigh, svd, cdist), a
+spatial transformer (affine_grid, grid_sample, unfold / fold, pixel_shuffle), conv3d
+with trilinear upsampling, stft / istft with bucketize / searchsorted, checkpoint
+variants (no RNG state, tuple and dict outputs, nested), saved-tensor hooks, gradient
+hooks on intermediates, bf16 / fp16 parameters, a loss that leaves parameters without
+gradients, a 40-layer narrow MLP and a 4096-wide one. Every model is built from a config with random weights at test
 size (no download).
 
 ``build(name)`` returns ``(module, inputs, loss_fn)`` as corpus_check's own builders do;
@@ -1262,6 +1271,420 @@ class _NJTInput(nn.Module):
         return h.values().pow(2).mean() + h.mean(dim=-1).values().sum() * 0.1
 
 
+# ------------------------------------------------- more hand-written models (fourth batch)
+class _EmbMaxNorm(nn.Module):
+    """nn.Embedding(max_norm=1.0): the forward renormalizes the looked-up rows of the
+    weight in place (torch.embedding_renorm_ under no_grad: a parameter mutated in the
+    forward), and the output projection tied to it reads the renormalized weight; a
+    buffer snapshots the weight after the renorm (so the mutation is compared)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, 16, max_norm=1.0)
+        with torch.no_grad():
+            self.emb.weight.mul_(2.0)  # most rows past max_norm
+        self.mix = nn.Linear(16, 16)
+        self.register_buffer("snap", torch.zeros(8, 16))
+
+    def forward(self, ids):
+        h = torch.tanh(self.mix(self.emb(ids)))
+        with torch.no_grad():
+            self.snap.copy_(self.emb.weight[:8])
+        logits = h @ self.emb.weight.t()
+        return F.cross_entropy(logits.flatten(0, 1), ids.roll(-1, 1).flatten()) + self.emb.weight.pow(2).mean()
+
+
+class _InplaceLeaky(torch.autograd.Function):
+    """An in-place custom op: x is written (ctx.mark_dirty) and the output saved."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(torch.where(x > 0, 1.0, 0.1))
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * torch.where(y > 0, 1.0, 0.1)
+
+
+class _GatedTanh(torch.autograd.Function):
+    """setup_context style (forward without ctx), an intermediate saved, a float
+    attribute on ctx, a backward marked once_differentiable."""
+
+    @staticmethod
+    def forward(x, w, alpha):
+        t = torch.tanh(x * w)
+        return t * alpha + x * (1 - alpha)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w, alpha = inputs
+        ctx.save_for_backward(x, w, torch.tanh(x * w))
+        ctx.alpha = alpha
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        x, w, t = ctx.saved_tensors
+        dt = (1 - t * t) * ctx.alpha * g
+        return dt * w + g * (1 - ctx.alpha), (dt * x).flatten(0, -2).sum(0), None
+
+
+class _CustomFnDirty(nn.Module):
+    """Custom autograd.Functions: an in-place one with mark_dirty on an intermediate, a
+    setup_context one whose backward is once_differentiable and reads a saved
+    intermediate."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.w = nn.Parameter(torch.linspace(0.5, 1.5, 32))
+        self.b = nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = self.a(x) * 1.0  # an intermediate to write
+        h = _InplaceLeaky.apply(h)
+        g = _GatedTanh.apply(h, self.w, 0.7)
+        return self.b(g + h).pow(2).mean()
+
+
+class _FakeQuant(nn.Module):
+    """Quantization-aware training: fake_quantize_per_tensor_affine on the input (fixed
+    scale), per-channel fake quantization of a weight, and an LSQ-style learnable
+    activation scale / zero point (_fake_quantize_learnable_per_tensor_affine: gradients
+    for the scale and zero point)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 8)
+        self.s = nn.Parameter(torch.tensor([0.05]))
+        self.zp = nn.Parameter(torch.tensor([3.0]))
+
+    def forward(self, x):
+        xq = torch.fake_quantize_per_tensor_affine(x, 0.1, 0, -128, 127)
+        wq = torch.fake_quantize_per_channel_affine(self.a.weight, self.a.weight.abs().amax(1).detach() / 127,
+                                                    torch.zeros(32, dtype=torch.int32), 0, -128, 127)
+        h = F.gelu(F.linear(xq, wq, self.a.bias))
+        hq = torch._fake_quantize_learnable_per_tensor_affine(h, self.s, self.zp, 0, 255, 1.0)
+        return self.b(hq).pow(2).mean()
+
+
+class _GumbelSample(nn.Module):
+    """Random draws as indices and hard one-hots: F.gumbel_softmax(hard=True) routing,
+    torch.multinomial from a learned distribution gathering rows, torch.randint
+    indices, all feeding gradients (RANDOM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.route = nn.Linear(32, 4)
+        self.experts = nn.Parameter(torch.randn(4, 32, 16) * 0.2)
+        self.logits = nn.Parameter(torch.randn(12) * 0.5)
+        self.table = nn.Parameter(torch.randn(12, 16) * 0.5)
+
+    def forward(self, x):
+        h = F.gelu(self.a(x))
+        oh = F.gumbel_softmax(self.route(h), tau=0.5, hard=True)  # (b, 4), straight-through
+        out = torch.einsum("be,bi,eio->bo", oh, h, self.experts)
+        idx = torch.multinomial(self.logits.softmax(0), x.shape[0], replacement=True)
+        j = torch.randint(0, 12, (x.shape[0],))
+        out = out + self.table[idx] * self.logits.softmax(0)[idx, None] + self.table[j] * 0.5
+        return out.pow(2).mean()
+
+
+class _VAERsample(nn.Module):
+    """Reparameterization: torch.distributions.Normal(mu, sigma).rsample() twice with
+    log_prob and a KL term; SDPA with dropout_p > 0 over the samples (RANDOM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(16, 64)
+        self.qkv = nn.Linear(16, 48)
+        self.dec = nn.Linear(16, 16)
+
+    def forward(self, x):  # (b, s, 16)
+        b, s, _ = x.shape
+        mu, ls = self.enc(x).chunk(2, -1)
+        q = torch.distributions.Normal(mu, F.softplus(ls) + 1e-3)
+        z = q.rsample()[..., :16] + q.rsample()[..., 16:]
+        lp = q.log_prob(z.repeat(1, 1, 2)).sum(-1).mean()
+        qq, k, v = self.qkv(z).view(b, s, 3, 2, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(qq, k, v, dropout_p=0.3, is_causal=True)
+        rec = self.dec(a.transpose(1, 2).reshape(b, s, 16))
+        # KL(q || N(0, 1)) in closed form (torch.distributions.kl_divergence graph-breaks on
+        # its first, unmemoized lookup: a different graph count on the first run)
+        kl = (-torch.log(q.scale) + (q.scale.pow(2) + q.loc.pow(2)) / 2 - 0.5).mean()
+        return (rec - x).pow(2).mean() + 0.1 * kl - 0.01 * lp
+
+
+class _Linalg(nn.Module):
+    """Linear algebra with gradients on well-conditioned matrices: cholesky of an SPD
+    matrix and cholesky_solve, linalg.solve, qr, eigh (a spectral function
+    V f(L) V^T, sign-invariant), svd (singular values and U V^T), cdist. linalg.cholesky
+    checks its result through an effectful op (with_effects(_linalg_check_errors) and an
+    effect-token input): under a budget fxremat saved the token (None at run time) and
+    AOTAutograd raised "expected all tensors_saved_with_vc_check to be Tensors" (found
+    by a corpus bug hunt; fixed in 684a7b9, Note [Effect tokens are never saved])."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.c = nn.Parameter(torch.randn(5, 8) * 0.5)
+
+    def forward(self, x):  # (4, 6, 8)
+        h = torch.tanh(self.a(x))  # (4, 6, 8)
+        # SPD with well-separated eigenvalues (h^T h has rank 6: the diagonal splits the rest)
+        g = h.transpose(-1, -2) @ h / 6 + torch.diag(torch.linspace(1.0, 3.0, 8))
+        L = torch.linalg.cholesky(g)
+        y = torch.cholesky_solve(self.b(x).transpose(-1, -2), L)  # (4, 8, 6)
+        s = torch.linalg.solve(g + 0.5 * torch.eye(8), y)
+        Q, R = torch.linalg.qr(self.b(x))  # (4, 6, 8): reduced, Q (4, 6, 6)
+        lam, V = torch.linalg.eigh(g)
+        spec = V @ torch.diag_embed(torch.sqrt(lam)) @ V.transpose(-1, -2)
+        U, S, Vh = torch.linalg.svd(h[..., :5] + torch.eye(6, 5), full_matrices=False)
+        d = torch.cdist(h, self.c)  # (4, 6, 5)
+        return (s.pow(2).mean() + (Q @ R).pow(2).mean() + Q[..., 0].abs().mean() + spec.mean() + S.sum() * 0.1
+                + (U @ Vh * d).mean() + d.mean())
+
+
+class _SpatialTF(nn.Module):
+    """A spatial transformer: a localization net predicts affine thetas, F.affine_grid +
+    F.grid_sample (bilinear, border padding) warp the image; F.unfold / F.fold patch
+    round trip; pixel_shuffle / pixel_unshuffle."""
+
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                                 nn.Flatten(), nn.Linear(8, 6))
+        with torch.no_grad():
+            self.loc[-1].weight.mul_(0.1)
+            self.loc[-1].bias.copy_(torch.tensor([1.0, 0, 0, 0, 1, 0]))
+        self.patch = nn.Linear(12, 12)
+        self.conv = nn.Conv2d(3, 12, 3, padding=1)
+        self.head = nn.Linear(3, 5)
+
+    def forward(self, x, y):  # (2, 3, 8, 8)
+        theta = self.loc(x).view(-1, 2, 3)
+        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+        w = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        cols = F.unfold(w, kernel_size=2, stride=2)  # (2, 12, 16)
+        cols = self.patch(cols.transpose(1, 2)).transpose(1, 2)
+        w = F.fold(torch.tanh(cols), (8, 8), kernel_size=2, stride=2)
+        up = F.pixel_shuffle(self.conv(w), 2)  # (2, 3, 16, 16)
+        down = F.pixel_unshuffle(up, 2)  # (2, 12, 8, 8)
+        feat = (up.mean((2, 3)) + down.view(2, 3, 4, 8, 8).mean((2, 3, 4)))
+        return F.cross_entropy(self.head(feat), y)
+
+
+class _Conv3D(nn.Module):
+    """Video-style 3-D convs: conv3d with stride, BatchNorm3d (training), max_pool3d,
+    F.interpolate trilinear back up, a skip connection."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv3d(2, 8, 3, padding=1)
+        self.bn = nn.BatchNorm3d(8)
+        self.c2 = nn.Conv3d(8, 8, 3, stride=2, padding=1)
+        self.c3 = nn.Conv3d(8, 4, 1)
+
+    def forward(self, x):  # (2, 2, 4, 8, 8)
+        h = F.silu(self.bn(self.c1(x)))
+        d = F.max_pool3d(F.gelu(self.c2(h)), (1, 2, 2))  # (2, 8, 2, 2, 2)
+        u = F.interpolate(d, size=h.shape[2:], mode="trilinear", align_corners=False)
+        return self.c3(h + u).pow(2).mean()
+
+
+class _STFT(nn.Module):
+    """Signal processing: torch.stft (hann window, complex output) of a learned filter's
+    output, a learned per-bin mask on the magnitude, torch.istft back; bucketize and
+    searchsorted of the signal into learned boundaries used to gather a learned table."""
+
+    def __init__(self):
+        super().__init__()
+        self.filt = nn.Conv1d(1, 1, 5, padding=2)
+        self.mask = nn.Linear(9, 9)
+        self.register_buffer("win", torch.hann_window(16), persistent=False)
+        self.bounds = nn.Parameter(torch.linspace(-1.5, 1.5, 7))
+        self.table = nn.Parameter(torch.randn(8) * 0.3)
+
+    def forward(self, x):  # (2, 64)
+        s = self.filt(x[:, None])[:, 0]
+        spec = torch.stft(s, 16, hop_length=4, window=self.win, return_complex=True)  # (2, 9, T)
+        m = torch.sigmoid(self.mask(spec.abs().transpose(1, 2))).transpose(1, 2)
+        y = torch.istft(spec * m, 16, hop_length=4, window=self.win, length=64)
+        b = torch.sort(self.bounds).values
+        i = torch.bucketize(y.detach(), b.detach())
+        j = torch.searchsorted(b.detach(), s.detach().contiguous())
+        return (y - x).pow(2).mean() + (self.table[i] * y).mean() + self.table[j].pow(2).mean() + b.pow(2).mean()
+
+
+class _CkptVariants(nn.Module):
+    """torch.utils.checkpoint variants: use_reentrant=False with preserve_rng_state=False,
+    a checkpointed function returning a tuple and one returning a dict, and nested
+    checkpoints (a checkpointed function that checkpoints inside)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(32, 64)
+        self.b = nn.Linear(64, 32)
+        self.c = nn.Linear(32, 32)
+        self.d = nn.Linear(32, 32)
+
+    def _tuple(self, x):
+        h = F.gelu(self.a(x))
+        return self.b(h), h.mean(-1, keepdim=True)
+
+    def _dict(self, x):
+        return {"y": torch.tanh(self.c(x)), "z": torch.sigmoid(self.d(x))}
+
+    def _inner(self, x):
+        return torch.sin(self.c(x)) * x
+
+    def _outer(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self._inner, F.silu(self.d(x)), use_reentrant=False) + x
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        y, m = checkpoint(self._tuple, x, use_reentrant=False, preserve_rng_state=False)
+        x = x + y * m
+        out = checkpoint(self._dict, x, use_reentrant=False)
+        x = x + out["y"] * out["z"]
+        x = checkpoint(self._outer, x, use_reentrant=False)
+        return x.pow(2).mean()
+
+
+class _SaveOnCPU(nn.Module):
+    """Saved-tensor hooks around parts of the forward: torch.autograd.graph.save_on_cpu
+    and a saved_tensors_hooks whose pack / unpack are GraphModules (x * 2, x / 2: exact;
+    AOTAutograd inlines such hooks into the partitioned graphs, after the partitioner).
+    Dynamo does not trace either context manager (save_on_cpu.__init__ is skip-listed:
+    a graph break); the methods called inside are compiled as frames of their own, with
+    the hooks in force."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 32)
+        self.d = nn.Linear(32, 32)
+        self.c = nn.Linear(32, 8)
+        self.pack = make_fx(lambda t: t * 2.0)(torch.randn(2))
+        self.unpack = make_fx(lambda t: t * 0.5)(torch.randn(2))
+
+    def _cpu_part(self, h):
+        return torch.tanh(self.b(h)) * h
+
+    def _hooked_part(self, h):
+        return F.silu(self.d(h)) * torch.sigmoid(h)
+
+    def forward(self, x):
+        h = F.gelu(self.a(x))
+        with torch.autograd.graph.save_on_cpu():
+            h = self._cpu_part(h)
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
+            h = self._hooked_part(h)
+        return self.c(h).pow(2).mean()
+
+
+class _GradHook(nn.Module):
+    """Tensor.register_hook on intermediates inside the forward: one scales the
+    gradient, one clamps it (the gradients of everything before them change)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 32)
+        self.c = nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = F.gelu(self.a(x))
+        h.register_hook(lambda g: g * 3.0)
+        k = torch.tanh(self.b(h))
+        k.register_hook(lambda g: g.clamp(-1e-3, 1e-3))
+        return self.c(k * h).pow(2).mean()
+
+
+class _HalfParams(nn.Module):
+    """A model whose parameters are bfloat16 (not autocast: the module itself in reduced
+    precision) with a float16 branch: linears, layer_norm, softmax attention, gelu in
+    bf16, an fp16 linear and silu, the loss in float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(16, 32).bfloat16()
+        self.ln = nn.LayerNorm(32).bfloat16()
+        self.qkv = nn.Linear(32, 96).bfloat16()
+        self.ff = nn.Linear(32, 32).bfloat16()
+        self.h16 = nn.Linear(32, 32).half()
+        self.out = nn.Linear(32, 4).bfloat16()
+
+    def forward(self, x):  # (2, 6, 16) float32
+        b, s, _ = x.shape
+        h = self.inp(x.bfloat16())
+        q, k, v = self.qkv(self.ln(h)).view(b, s, 3, 32).unbind(2)
+        a = ((q @ k.transpose(-1, -2)) * 32 ** -0.5).softmax(-1) @ v
+        h = h + F.gelu(self.ff(a))
+        g = F.silu(self.h16(h.half())).bfloat16()
+        return self.out(h + g).float().pow(2).mean()
+
+
+class _PartialLoss(nn.Module):
+    """The loss uses part of the outputs: one head entirely unused (its parameters get
+    None gradients), one used only through argmax (None), one sliced (some rows of its
+    weight get zero gradients), a parameter used only under no_grad (None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(16, 32)
+        self.used = nn.Linear(32, 8)
+        self.unused = nn.Linear(32, 8)
+        self.argmaxed = nn.Linear(32, 4)
+        self.nograd = nn.Parameter(torch.randn(32))
+
+    def forward(self, x):
+        t = torch.tanh(self.trunk(x))
+        _ = self.unused(t).sum()
+        cls = self.argmaxed(t).argmax(-1)
+        with torch.no_grad():
+            sc = (t * self.nograd).mean()
+        out = self.used(t)[:, :3]
+        return out.pow(2).mean() * (1 + sc) + out.gather(1, (cls % 3)[:, None]).mean()
+
+
+class _DeepMLP(nn.Module):
+    """A very deep narrow residual MLP: 40 Linear(8, 8) layers with tanh."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(40))
+
+    def forward(self, x):
+        for l in self.layers:
+            x = x + 0.5 * torch.tanh(l(x))
+        return x.pow(2).mean()
+
+
+class _WideMLP(nn.Module):
+    """A very wide shallow MLP: 16 -> 4096 -> 8 with GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 4096)
+        self.b = nn.Linear(4096, 8)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.b(F.gelu(self.a(x))), y)
+
+
 def _hand_written(name: str):
     torch.manual_seed(0)
     if name == "ckpt":
@@ -1369,6 +1792,38 @@ def _hand_written(name: str):
         # corpus_check compares the inputs after the step with eager's (j1 != j2 else).
         nt = torch.nested.nested_tensor_from_jagged(torch.randn(9, 8), _NJT_OFFSETS)
         return _NJTInput(), (nt,), lambda m, nt: m(nt)
+    if name == "emb_maxnorm":
+        return _EmbMaxNorm(), (_ids(),), lambda m, ids: m(ids)
+    if name == "custom_fn_dirty":
+        return _CustomFnDirty(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "fake_quant":
+        return _FakeQuant(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "gumbel_sample":
+        return _GumbelSample(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "vae_rsample":
+        return _VAERsample(), (torch.randn(2, 6, 16),), lambda m, x: m(x)
+    if name == "linalg":
+        return _Linalg(), (torch.randn(4, 6, 8),), lambda m, x: m(x)
+    if name == "spatial_tf":
+        return _SpatialTF(), (torch.randn(2, 3, 8, 8), torch.tensor([1, 3])), lambda m, x, y: m(x, y)
+    if name == "conv3d":
+        return _Conv3D(), (torch.randn(2, 2, 4, 8, 8),), lambda m, x: m(x)
+    if name == "stft":
+        return _STFT(), (torch.randn(2, 64),), lambda m, x: m(x)
+    if name == "ckpt_variants":
+        return _CkptVariants(), (torch.randn(4, 32),), lambda m, x: m(x)
+    if name == "save_on_cpu":
+        return _SaveOnCPU(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "grad_hook":
+        return _GradHook(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "half_params":
+        return _HalfParams(), (torch.randn(2, 6, 16),), lambda m, x: m(x)
+    if name == "partial_loss":
+        return _PartialLoss(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "deep_mlp":
+        return _DeepMLP(), (torch.randn(8, 8),), lambda m, x: m(x)
+    if name == "wide_mlp":
+        return _WideMLP(), (torch.randn(8, 16), torch.randint(0, 8, (8,))), lambda m, x, y: m(x, y)
     raise KeyError(name)
 
 
@@ -1378,12 +1833,15 @@ HAND_WRITTEN = ("ckpt", "ckpt_dropout", "mha", "sdpa", "embbag", "inplace2", "bu
                 "einsum_bilinear", "buffer_counter", "wavenet", "multi_out", "sac", "cnn", "custom_ops",
                 "alias_out", "input_mutation", "aliased_inputs", "nograd_mix", "cond_branch", "hop_map", "scan_rnn",
                 "while_loop", "named_ckpt", "tfm_block", "int_saved", "multi_int_out", "albert_shared", "parametrized",
-                "vmap_ensemble", "fft_complex", "njt_input")
+                "vmap_ensemble", "fft_complex", "njt_input",
+                "emb_maxnorm", "custom_fn_dirty", "fake_quant", "gumbel_sample", "vae_rsample", "linalg",
+                "spatial_tf", "conv3d", "stft", "ckpt_variants", "save_on_cpu", "grad_hook", "half_params",
+                "partial_loss", "deep_mlp", "wide_mlp")
 MODELS = ["distilbert", "roberta", "deberta_v2", "electra", "whisper", "wav2vec2", "hubert", "convnext", "swin",
           "mobilenet_v2", "efficientnet", "clip_text", "clip_vision", "gpt_neox", "falcon", "phi", "qwen2", "gemma",
           "mistral", "qwen2_moe", "olmoe", "mamba", "gpt2_gc", "gpt2_dropout", "gpt2_gc_dropout",
           *HAND_WRITTEN, "qwen2_dynamic", "sdpa_dynamic", "cnn_dynamic", "tfm_block_dynamic"]
-RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise")
+RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise", "gumbel_sample", "vae_rsample")
 SCALAR_OUTPUTS = ("while_loop", "hop_map", "scan_rnn")  # built with torch._dynamo.config.capture_scalar_outputs
 
 
