@@ -46,6 +46,14 @@ void ForEachWrittenArgument(const Node& n, Fn&& fn) {
 
 bool InBackward(const JointClassification& c, const Node& n) { return c.in_tangents_closure[n.index()]; }
 
+// Calls fn(alias root) for every value the forward op `n` writes (nothing for
+// a backward op): the write rule LastWrites and LastWriteOf share.
+template <typename Fn>
+void ForEachForwardWrite(const JointClassification& c, const Node& n, Fn&& fn) {
+  if (!n.isCallFunction() || InBackward(c, n)) return;
+  ForEachWrittenArgument(n, [&](Node* written) { fn(AliasRoot(written)); });
+}
+
 // For each alias root: the position of the last forward write (the size of the
 // graph for a write after the forward), or -1 when none.
 std::vector<int64_t> LastWrites(const Graph& joint, const JointClassification& c) {
@@ -54,9 +62,8 @@ std::vector<int64_t> LastWrites(const Graph& joint, const JointClassification& c
   for (const auto& up : joint.nodes()) {
     const Node& n = *up;
     if (n.isPlaceholder() && n.meta().mutated) last[n.index()] = after_forward;
-    if (!n.isCallFunction() || InBackward(c, n)) continue;
-    ForEachWrittenArgument(n, [&](Node* written) {
-      int64_t& slot = last[AliasRoot(written)->index()];
+    ForEachForwardWrite(c, n, [&](const Node* root) {
+      int64_t& slot = last[root->index()];
       if (slot != after_forward) slot = std::max<int64_t>(slot, static_cast<int64_t>(n.index()));
     });
   }
@@ -157,10 +164,9 @@ int64_t LastWriteOf(const Graph& joint, const JointClassification& c, const Node
   std::vector<const Node*> aliases{&root};
   for (size_t i = 0; i < aliases.size(); ++i) {
     for (const Node* u : aliases[i]->users()) {
-      if (!u->isCallFunction() || InBackward(c, *u)) continue;
-      if (IsViewOp(*u) && AliasRoot(u) == &root) aliases.push_back(u);
-      ForEachWrittenArgument(*u, [&](Node* written) {
-        if (AliasRoot(written) == &root) last = std::max<int64_t>(last, static_cast<int64_t>(u->index()));
+      if (u->isCallFunction() && !InBackward(c, *u) && IsViewOp(*u) && AliasRoot(u) == &root) aliases.push_back(u);
+      ForEachForwardWrite(c, *u, [&](const Node* written_root) {
+        if (written_root == &root) last = std::max<int64_t>(last, static_cast<int64_t>(u->index()));
       });
     }
   }
@@ -178,7 +184,6 @@ Status SnapshotSavedMutatedData(const Graph& joint, const JointClassification& c
   if (!fw_output || fw_output->args().size() != 1 || fw_output->args()[0].kind != Argument::Kind::kList)
     return Status::Internal("the forward graph has no output list", "forward graph");
   const int64_t first_saved = p.signature.num_fwd_outputs;
-  bool clone_known = false;
   for (SavedValue& s : p.signature.saved) {
     if (s.kind != SavedValue::Kind::kTensor) continue;
     const int64_t k = s.forward_output_index - first_saved;
@@ -203,11 +208,8 @@ Status SnapshotSavedMutatedData(const Graph& joint, const JointClassification& c
     if (!input || !saved || at >= outputs_now.size() || !outputs_now[at].is_node() || outputs_now[at].node != saved)
       return Status::Internal(fmt::format("saved value '{}' is not forward output {} and a backward input", s.name, at),
                               "forward graph");
-    if (!clone_known) {
-      EnsureOpFacts(fw, std::string(kCloneTarget), std::string(kCloneSchema), {"core", "pt2_compliant_tag"},
-                    {"core", "out", "pt2_compliant_tag"});
-      clone_known = true;
-    }
+    EnsureOpFacts(fw, std::string(kCloneTarget), std::string(kCloneSchema), {"core", "pt2_compliant_tag"},
+                  {"core", "out", "pt2_compliant_tag"});  // once: later calls find it
     Node* before = nullptr;
     if (saved->isPlaceholder()) {
       for (const auto& up : fw.nodes())

@@ -580,8 +580,7 @@ def with_token_gradients(outs: Sequence[Any], num_fwd_outputs: int, graph: fx.Gr
     outs = list(outs)
     if not tokens:
         return outs
-    primals = [n for n in _placeholders(graph) if derive_role(n.name, "joint") == "primal"
-               and n.meta.get("fxremat_role", "primal") == "primal"]
+    primals = _joint_primals(graph)
     # the backward's own tokens come after the gradients
     bw_tokens = sum(1 for n in _placeholders(graph) if type(n.meta.get("desc")).__name__ == "BackwardTokenAOTInput")
     if len(outs) != num_fwd_outputs + len(primals) - len(tokens) + bw_tokens:

@@ -585,24 +585,23 @@ def build_modules(
 
     # Note [Offload] (passes/emit_offload.h): an offloaded value's slots hold its host
     # copy, a node the pipeline made (`<name>_host`); the backward's reload of it takes
-    # the joint name. The documents' output / placeholder at the signature's indices
-    # name the slots.
+    # the joint name. Note [Snapshots of mutated inputs] (passes/protect_mutations.h):
+    # a snapshot's forward slot holds its clone (`<name>_snapshot`); the backward's
+    # input keeps the name. The documents' output / placeholder at the signature's
+    # indices name the slots.
     fw_slot = {n: n for n in (*saved_tensors, *saved_syms)}
     bw_slot = dict(fw_slot)
     force_fw: set[str] = set()
     force_bw: set[str] = set()
-    # Note [Snapshots of mutated inputs] (passes/protect_mutations.h): a snapshot's
-    # forward slot holds `<name>_snapshot`, a clone the pipeline made; the backward's
-    # input keeps the name.
-    for s in saved:
-        if s.get("snapshot") and not s.get("offloaded"):
-            fw_slot[s["name"]] = s["name"] + "_snapshot"
+    renamed = [s for s in saved if s.get("offloaded") or s.get("snapshot")]
+    if renamed:
+        doc_outs = fw_doc["nodes"][-1]["args"][0]
+        for s in renamed:
+            fw_slot[s["name"]] = doc_outs[s["forward_output_index"]]["node"]
     offloaded = [s for s in saved if s.get("offloaded")]
     if offloaded:
-        doc_outs = fw_doc["nodes"][-1]["args"][0]
         doc_ins = [e["name"] for e in bw_doc["nodes"] if e["op"] == "placeholder"]
         for s in offloaded:
-            fw_slot[s["name"]] = doc_outs[s["forward_output_index"]]["node"]
             bw_slot[s["name"]] = doc_ins[s["backward_input_index"]]
             force_fw.add(fw_slot[s["name"]])
         hosts = {bw_slot[s["name"]] for s in offloaded}
