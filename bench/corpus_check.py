@@ -11,6 +11,12 @@ own numerics: reordered reductions, bf16); such a line says so and by how much e
 differs.
 
     .venv/bin/python bench/corpus_check.py [--models a,b] [--compilers aot_eager,inductor]
+                                           [--device cuda] [--deadline-s S]
+
+``--device cuda`` runs every model on a GPU (the lent machine's check: cuDNN / flash
+attention, Philox random numbers and Triton kernels are paths the CPU never takes); a
+model whose eager step fails there (a tensor made on the CPU inside the model) is
+reported as skipped, not as a failure.
 
 The models: the list below (MODELS) and bench/corpus_zoo.py's (ZOO_MODELS), 105 in all.
 Prints one line per model and configuration; exits 1 if any differs or fails.
@@ -218,6 +224,13 @@ def pytorch_backend(compiler: str):
                         partition_fn=min_cut_rematerialization_partition, keep_inference_input_mutations=True)
 
 
+DEVICE = {"value": torch.device("cpu")}  # set by main (--device)
+
+
+class EagerFailsOnDevice(Exception):
+    """The model's own eager step fails on --device: nothing to compare against."""
+
+
 def _train_step(name: str, compiler: str | None, options: dict, fxremat: bool, fp64: bool = False):
     """One step of a fresh copy of model `name` (the same weights every time: the builders
     seed), eager when `compiler` is None, else compiled by fxremat or by PyTorch's own
@@ -228,6 +241,13 @@ def _train_step(name: str, compiler: str | None, options: dict, fxremat: bool, f
     from torch.utils._pytree import tree_map_only
 
     step, inputs, _ = loss_step(name)
+    device = DEVICE["value"]
+    if device.type != "cpu":
+        step.to(device)
+        inputs = tree_map_only(torch.Tensor, lambda t: t.detach().to(device).requires_grad_(t.requires_grad), inputs)
+        if name.endswith("_dynamic"):
+            for x in inputs:
+                torch._dynamo.mark_dynamic(x, 1)
     if fp64:
         step.double()
         inputs = tree_map_only(torch.Tensor, lambda t: t.detach().double().requires_grad_(t.requires_grad)
@@ -344,6 +364,11 @@ def _compiler_numerics(name: str, compiler: str, options: dict, got, reference, 
 
 
 def check(name: str, compiler: str, options: dict) -> str:
+    if DEVICE["value"].type != "cpu":
+        try:
+            _train_step(name, None, {}, fxremat=False)
+        except Exception as e:  # noqa: BLE001 - the model itself does not run there
+            raise EagerFailsOnDevice(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e
     got = _train_step(name, compiler, options, fxremat=True)
     import fxremat
 
@@ -411,12 +436,17 @@ def main() -> int:
                     help="comma-separated partitions to check instead of the min cut and --budget: 'min_cut', "
                          "'budget=F' (activation_memory_budget), 'policy=NAME' (a jax.checkpoint_policies name, "
                          "e.g. dots_saveable, offload_dot_with_no_batch_dims)")
+    ap.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
+    ap.add_argument("--deadline-s", type=float, default=0.0,
+                    help="start no model after this many seconds (0: no limit); a lent GPU's time is short")
     ap.add_argument("-v", action="store_true", help="print each failure's traceback")
     args = ap.parse_args()
+    start = time.perf_counter()
     import fxremat._partition_fn as pf
     import torch._functorch.config
 
     torch._functorch.config.enable_autograd_cache = False
+    DEVICE["value"] = torch.device(args.device)
     import fxremat.backend
 
     fxremat.backend.register()
@@ -425,12 +455,17 @@ def main() -> int:
         configs = [parse_config(c) for c in args.configs.split(",")]
     failures = 0
     for name in args.models.split(","):
+        if args.deadline_s and time.perf_counter() - start > args.deadline_s:
+            print(f"{name:18s} not run: past --deadline-s {args.deadline_s:g}", flush=True)
+            continue
         for compiler in args.compilers.split(","):
             for label, options in configs:
                 pf.clear_partition_records()
                 t0 = time.perf_counter()
                 try:
                     result = check(name, compiler, options)
+                except EagerFailsOnDevice as e:
+                    result = f"skipped: eager fails on {args.device} ({e})"
                 except Exception as e:  # noqa: BLE001 -- a failure is a result
                     failures += 1
                     result = f"FAILED: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
