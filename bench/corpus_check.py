@@ -255,6 +255,14 @@ def _train_step(name: str, compiler: str | None, options: dict, fxremat: bool, f
     run = step
     budget = options.get("activation_memory_budget")
     patch = {} if fxremat or budget is None else {"activation_memory_budget": budget}
+    if not fxremat and DEVICE["value"].type == "cuda":
+        # A random op recomputed in the backward (one inside a checkpoint region) replays
+        # its draw. On CUDA PyTorch's partitioner does it with the graph-safe pair
+        # (graphsafe_run_with_rng_state on generator inputs), fxremat with the stateful one
+        # (run_and_save_rng_state / run_with_rng_state, Note [Replaying random ops]), which
+        # PyTorch uses on CPU and with this knob off: the same seed then draws the same
+        # numbers only when both use the same pair.
+        patch["graphsafe_rng_functionalization"] = False
     if compiler is not None:
         torch._dynamo.reset()
         dynamic = True if name.endswith("_dynamic") else None
