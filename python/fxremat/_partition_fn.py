@@ -139,9 +139,15 @@ def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
 #   unsafe_treat_script_objects_as_zero_size (_size_of of script objects: the format
 #     cannot encode script objects, so such a graph never reaches the C++ partitioner);
 #   graphsafe_rng_functionalization, and Inductor's fallback_random /
-#     test_configs.graphsafe_rng_func_ignores_fallback_random (functionalize_rng_ops, run
-#     only when random ops are recomputed: fxremat never recomputes a random op -- a
-#     MUST_RECOMPUTE tag on one is an error, docs/policies.md);
+#     test_configs.graphsafe_rng_func_ignores_fallback_random (they choose how
+#     functionalize_rng_ops replays a recomputed random op on CUDA: the graph-safe pair
+#     graphsafe_run_with_rng_state on generator inputs, or the stateful
+#     run_and_save_rng_state / run_with_rng_state that it uses on the CPU. fxremat
+#     always emits the stateful pair, Note [Replaying random ops] in
+#     passes/functionalize_rng.h: the draw is replayed exactly either way, but on CUDA
+#     the two pairs can take numbers from the generator in another order, so the same seed
+#     need not draw the same masks as PyTorch does by default; with the knob off PyTorch
+#     uses the stateful pair too);
 #   activation_offload_separate_stream and the other activation_offload_* /
 #     activation_reload_* knobs (read only when enable_activation_offloading is on,
 #     which is an error).
