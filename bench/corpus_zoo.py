@@ -1685,6 +1685,635 @@ class _WideMLP(nn.Module):
         return F.cross_entropy(self.b(F.gelu(self.a(x))), y)
 
 
+# ------------------------------------------------- more hand-written models (fifth batch)
+class _NormZoo(nn.Module):
+    """Normalizations other than BatchNorm / LayerNorm: GroupNorm, InstanceNorm2d with
+    affine weights and track_running_stats (its running buffers updated in training),
+    LocalResponseNorm, a LayerNorm over (C, H, W), InstanceNorm1d without affine."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(4, 8)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.inorm = nn.InstanceNorm2d(8, affine=True, track_running_stats=True)
+        self.lrn = nn.LocalResponseNorm(3, alpha=1e-2, beta=0.75, k=1.0)
+        self.c3 = nn.Conv2d(8, 8, 1)
+        self.ln = nn.LayerNorm([8, 8, 8])
+        self.in1d = nn.InstanceNorm1d(8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x, y):  # (2, 3, 8, 8)
+        h = F.silu(self.gn(self.c1(x)))
+        h = F.relu(self.inorm(self.c2(h))) + h
+        h = self.lrn(h)
+        h = self.ln(F.gelu(self.c3(h)))
+        h = self.in1d(h.flatten(2))  # (2, 8, 64)
+        return F.cross_entropy(self.head(h.logsumexp(-1)), y)
+
+
+class _FrozenBN2d(nn.BatchNorm2d):
+    """A BatchNorm2d that stays in eval mode whatever .train() says."""
+
+    def train(self, mode=True):
+        return super().train(False)
+
+
+class _BNEvalMix(nn.Module):
+    """BatchNorm in eval mode (running statistics read, not updated; affine weights
+    trained) mixed with BatchNorm2d in training mode (momentum=None: a cumulative average
+    with num_batches_tracked) and a BatchNorm1d in training mode; F.batch_norm with
+    training=False on a buffer pair too."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn_eval = _FrozenBN2d(8)
+        with torch.no_grad():
+            self.bn_eval.running_mean.normal_(0.0, 0.3)
+            self.bn_eval.running_var.uniform_(0.5, 2.0)
+        self.bn_eval.eval()
+        self.c2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.bn_train = nn.BatchNorm2d(16, momentum=None)
+        self.fc = nn.Linear(16, 16)
+        self.bn1d = nn.BatchNorm1d(16)
+        self.register_buffer("rm", torch.linspace(-0.2, 0.2, 16))
+        self.register_buffer("rv", torch.linspace(0.5, 1.5, 16))
+        self.out = nn.Linear(16, 5)
+
+    def forward(self, x, y):
+        h = F.relu(self.bn_eval(self.c1(x)))
+        h = F.silu(self.bn_train(self.c2(h)))
+        f = self.bn1d(self.fc(h.mean((2, 3))))
+        f = F.batch_norm(torch.tanh(f), self.rm, self.rv, training=False)
+        return F.cross_entropy(self.out(f), y)
+
+
+class _ReuseViews(nn.Module):
+    """One submodule called twice on different inputs (weight reuse), and in-place ops on
+    views of intermediates: a slice's mul_, a transpose's add_, masked_fill_ on a narrow
+    view, copy_ into a diagonal, div_ through an unsqueeze view, sub_ into a row of a
+    transposed output."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Sequential(nn.Linear(16, 16), nn.Tanh())
+        self.a = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x, z):  # (6, 16) each
+        h = self.shared(x)
+        g = self.shared(z * 2 + h)
+        u = self.a(h + g)
+        u[:, :2].mul_(2)
+        u.transpose(0, 1)[3:5].add_(1)
+        v = u.narrow(1, 8, 8)
+        v.masked_fill_(v > 0.8, 0.8)
+        u.diagonal().copy_(h.diagonal() * 3)
+        w = u.unsqueeze(0)
+        w.div_(1.5)
+        k = self.a(u)
+        k.t()[0].sub_(g[:, 0])
+        return self.out(k * u).pow(2).mean() + g.mean()
+
+
+class _ScatterReduce(nn.Module):
+    """Scatter-style ops on intermediates: index_add_ into zeros, scatter_reduce (amax
+    without self, mean with a parameter as self, prod without self), index_reduce
+    (amin), index_copy_, index_fill_ and scatter_ with a source tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.base = nn.Parameter(torch.randn(4, 32) * 0.3)
+        self.b = nn.Linear(32, 8)
+
+    def forward(self, x):  # (8, 16)
+        h = torch.tanh(self.a(x))  # (8, 32)
+        grp = torch.tensor([0, 1, 1, 2, 3, 3, 3, 0])
+        gi = grp[:, None].expand(-1, 32)
+        s_sum = torch.zeros(4, 32).index_add_(0, grp, h * 2.0)
+        s_max = torch.zeros(4, 32).scatter_reduce(0, gi, h, "amax", include_self=False)
+        s_mean = self.base.scatter_reduce(0, gi, h, "mean", include_self=True)
+        s_prod = torch.ones(4, 32).scatter_reduce(0, gi, h * 0.5 + 1.0, "prod", include_self=False)
+        s_min = self.base.index_reduce(0, grp, h, "amin", include_self=True)
+        agg = s_sum + s_max * s_mean + s_prod + s_min  # (4, 32)
+        c = h.clone()
+        c.index_copy_(0, torch.tensor([1, 4]), agg[:2] * 0.5)
+        c.index_fill_(1, torch.tensor([0, 5]), 0.0)
+        c.scatter_(1, h.argmax(-1, keepdim=True), agg[grp, :1])
+        return self.b(c + agg[grp]).pow(2).mean()
+
+
+class _CumChain(nn.Module):
+    """Cumulative ops chained: cumsum, a reverse cumsum through flip, cumprod of
+    positive values, logcumsumexp, cummax / cummin values, torch.diff."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 16)
+        self.b = nn.Linear(16, 16)
+        self.c = nn.Linear(16, 4)
+
+    def forward(self, x):  # (2, 10, 8): cumulative over the sequence
+        h = torch.tanh(self.a(x))
+        cs = h.cumsum(1) / torch.arange(1, 11, dtype=h.dtype)[None, :, None]
+        rcs = h.flip(1).cumsum(1).flip(1) * 0.1
+        cp = (torch.sigmoid(self.b(h)) + 0.5).cumprod(1)
+        lce = torch.logcumsumexp(self.b(cs), 1)
+        mx = torch.cummax(h, 1).values
+        mn = torch.cummin(h * cp.clamp(max=4.0), 1).values
+        d = torch.diff(lce, dim=1, prepend=lce[:, :1])
+        g = cs + rcs + mx - mn + d + cp.log()
+        return self.c(g).pow(2).mean()
+
+
+class _OrderStats(nn.Module):
+    """Order statistics with gradients: sort descending stable, topk smallest,
+    kthvalue, median (dim), take_along_dim with an argsort, mode, msort, max / min over
+    a dim with indices reused to gather another tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 24)
+        self.b = nn.Linear(16, 24)
+        self.c = nn.Linear(24, 4)
+
+    def forward(self, x):  # (6, 16)
+        h = F.gelu(self.a(x))
+        k = self.b(x)
+        s, order = h.sort(dim=-1, descending=True, stable=True)
+        small, si = h.topk(5, -1, largest=False)
+        kv, ki = torch.kthvalue(k, 3, -1)
+        med, mi = k.median(-1)
+        ranked = torch.take_along_dim(k, order, -1)
+        ms = torch.msort(h.t()).t()
+        mx, mxi = k.max(0)
+        picked = h.gather(0, mxi[None])  # (1, 24)
+        feat = s * torch.sigmoid(ranked) + ms * 0.1 + picked
+        extra = small.sum(-1) + kv * med + h.gather(1, ki[:, None]).squeeze(1) + k.gather(1, mi[:, None]).squeeze(1)
+        return self.c(feat).pow(2).mean() + extra.pow(2).mean() * 0.1 + (mx * k.gather(1, si[:, :1])).mean()
+
+
+def _t5_bucket(rel: torch.Tensor, num_buckets: int = 8, max_distance: int = 16) -> torch.Tensor:
+    """T5's bidirectional relative position buckets."""
+    import math
+
+    nb = num_buckets // 2
+    ret = (rel > 0).long() * nb
+    n = rel.abs()
+    max_exact = nb // 2
+    is_small = n < max_exact
+    large = max_exact + (torch.log(n.float() / max_exact + 1e-6) / math.log(max_distance / max_exact)
+                         * (nb - max_exact)).long()
+    large = torch.minimum(large, torch.full_like(large, nb - 1))
+    return ret + torch.where(is_small, n, large)
+
+
+class _AlibiT5(nn.Module):
+    """Hand-written position biases: a T5-style relative-position bucket embedding (a
+    learned per-head bias gathered by integer buckets computed with log / where /
+    minimum) in a bidirectional layer, then ALiBi slopes times distances with a causal
+    mask into SDPA as a float attn_mask that carries a gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, 32)
+        self.rel = nn.Embedding(8, 4)
+        self.qkv1 = nn.Linear(32, 96)
+        self.o1 = nn.Linear(32, 32)
+        self.qkv2 = nn.Linear(32, 96)
+        self.o2 = nn.Linear(32, 32)
+        self.slope_scale = nn.Parameter(torch.ones(4))
+        self.register_buffer("slopes", 2.0 ** (-8.0 * torch.arange(1, 5) / 4), persistent=False)
+        self.ln = nn.LayerNorm(32)
+        self.out = nn.Linear(32, V)
+
+    def forward(self, ids):
+        b, s = ids.shape
+        x = self.emb(ids)
+        i = torch.arange(s)
+        rel = i[None, :] - i[:, None]
+        bias = self.rel(_t5_bucket(rel)).permute(2, 0, 1)[None]  # (1, 4, s, s)
+        q, k, v = self.qkv1(x).view(b, s, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        att = (q @ k.transpose(-1, -2) + bias).softmax(-1)  # T5: no scaling
+        x = x + self.o1((att @ v).transpose(1, 2).reshape(b, s, 32))
+        q, k, v = self.qkv2(self.ln(x)).view(b, s, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        alibi = -(self.slopes * self.slope_scale)[:, None, None] * (i[:, None] - i[None, :]).abs().float()
+        alibi = alibi.masked_fill(i[None, :] > i[:, None], float("-inf"))[None].expand(b, -1, -1, -1)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=alibi)
+        x = x + self.o2(a.transpose(1, 2).reshape(b, s, 32))
+        return F.cross_entropy(self.out(x).flatten(0, 1), ids.roll(-1, 1).flatten())
+
+
+class _ResBlockT(nn.Module):
+    def __init__(self, cin, cout, tdim):
+        super().__init__()
+        self.n1 = nn.GroupNorm(4, cin)
+        self.c1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.t = nn.Linear(tdim, 2 * cout)
+        self.n2 = nn.GroupNorm(4, cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x, temb):
+        h = self.c1(F.silu(self.n1(x)))
+        scale, shift = self.t(F.silu(temb))[:, :, None, None].chunk(2, 1)
+        h = self.n2(h) * (1 + scale) + shift  # FiLM
+        h = self.c2(F.silu(h))
+        return h + self.skip(x)
+
+
+class _DiffusionUNet(nn.Module):
+    """One denoising-diffusion training step: a cosine alpha-bar schedule (buffer)
+    indexed by integer timesteps, x_t = sqrt(ab) x0 + sqrt(1 - ab) noise, a sinusoidal
+    timestep embedding through an MLP into FiLM scale/shift of GroupNorm resblocks, a
+    strided down conv, spatial self-attention in the middle, nearest upsampling with a
+    skip, and the MSE to the noise."""
+
+    def __init__(self):
+        super().__init__()
+        import math
+
+        T = 50
+        s = torch.arange(T + 1, dtype=torch.float32) / T
+        ab = torch.cos((s + 0.008) / 1.008 * math.pi / 2) ** 2
+        self.register_buffer("ab", (ab / ab[0])[1:].clamp(1e-4, 0.9999), persistent=False)
+        self.tmlp = nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 32))
+        self.inp = nn.Conv2d(3, 8, 3, padding=1)
+        self.r1 = _ResBlockT(8, 8, 32)
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.r2 = _ResBlockT(16, 16, 32)
+        self.attn_norm = nn.GroupNorm(4, 16)
+        self.qkv = nn.Conv2d(16, 48, 1)
+        self.proj = nn.Conv2d(16, 16, 1)
+        self.r3 = _ResBlockT(24, 8, 32)
+        self.out = nn.Sequential(nn.GroupNorm(4, 8), nn.SiLU(), nn.Conv2d(8, 3, 3, padding=1))
+
+    @staticmethod
+    def _temb(t, dim=16):
+        import math
+
+        half = dim // 2
+        f = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
+        a = t.float()[:, None] * f[None]
+        return torch.cat([a.sin(), a.cos()], -1)
+
+    def forward(self, x0, t, noise):  # (2, 3, 8, 8), (2,) int64, (2, 3, 8, 8)
+        ab = self.ab[t][:, None, None, None]
+        xt = ab.sqrt() * x0 + (1 - ab).sqrt() * noise
+        temb = self.tmlp(self._temb(t))
+        h1 = self.r1(self.inp(xt), temb)  # (2, 8, 8, 8)
+        h = self.r2(self.down(h1), temb)  # (2, 16, 4, 4)
+        b, c, hh, ww = h.shape
+        q, k, v = self.qkv(self.attn_norm(h)).flatten(2).chunk(3, 1)  # (b, 16, 16)
+        att = (q.transpose(1, 2) @ k / c ** 0.5).softmax(-1)  # (b, hw, hw)
+        h = h + self.proj((v @ att.transpose(1, 2)).view(b, c, hh, ww))
+        h = F.interpolate(h, scale_factor=2, mode="nearest")
+        h = self.r3(torch.cat([h, h1], 1), temb)
+        return F.mse_loss(self.out(h), noise)
+
+
+class _RNNCells(nn.Module):
+    """An LSTMCell and a GRUCell unrolled in Python over 12 timesteps (stacked, the
+    GRU fed the LSTM's hidden state), a per-step output head with teacher forcing, and
+    the final states in the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTMCell(8, 16)
+        self.gru = nn.GRUCell(16, 16)
+        self.head = nn.Linear(16, 8)
+
+    def forward(self, x):  # (12, 3, 8)
+        T, b, _ = x.shape
+        h = c = g = torch.zeros(b, 16)
+        loss = 0.0
+        for t in range(T - 1):
+            h, c = self.lstm(x[t], (h, c))
+            g = self.gru(h, g)
+            loss = loss + (self.head(g) - x[t + 1]).pow(2).mean()
+        return loss / (T - 1) + 0.1 * (c.pow(2).mean() + g.abs().mean())
+
+
+class _MoETop2(nn.Module):
+    """A hand-written top-2 mixture of experts without data-dependent shapes: router
+    softmax, topk(2), renormalized gates, the chosen experts' stacked weights fetched with
+    index_select and applied by bmm, torch.where zeroing low gates, combined by
+    index_add over tokens; a Switch-style load-balancing loss (one_hot counts times mean
+    router probabilities) and a router z-loss (logsumexp squared)."""
+
+    def __init__(self):
+        super().__init__()
+        E, d, f = 4, 16, 32
+        self.router = nn.Linear(d, E, bias=False)
+        self.w1 = nn.Parameter(torch.randn(E, d, f) * 0.2)
+        self.w2 = nn.Parameter(torch.randn(E, f, d) * 0.2)
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 4)
+
+    def forward(self, x):  # (2, 6, 16)
+        b, s, d = x.shape
+        tok = self.ln(x).reshape(b * s, d)
+        n = tok.shape[0]
+        logits = self.router(tok)
+        probs = logits.softmax(-1)
+        gw, gi = probs.topk(2, -1)  # (n, 2)
+        gw = gw / gw.sum(-1, keepdim=True)
+        gw = torch.where(gw > 0.1, gw, torch.zeros_like(gw))
+        flat = gi.flatten()  # (2n,)
+        src = tok.repeat_interleave(2, 0)  # (2n, d)
+        hmid = F.gelu(torch.bmm(src[:, None], self.w1.index_select(0, flat)))  # (2n, 1, f)
+        y = torch.bmm(hmid, self.w2.index_select(0, flat))[:, 0] * gw.flatten()[:, None]
+        out = torch.zeros(n, d).index_add(0, torch.arange(n).repeat_interleave(2), y)
+        out = (tok + out).view(b, s, d)
+        counts = F.one_hot(gi[:, 0], 4).float().mean(0)
+        balance = 4 * (counts * probs.mean(0)).sum()
+        z = torch.logsumexp(logits, -1).pow(2).mean()
+        return self.head(out).pow(2).mean() + 0.01 * balance + 0.001 * z
+
+
+class _Perceiver(nn.Module):
+    """Perceiver-style: a learned latent array cross-attends to the inputs (keys and
+    values projected from a different width), two latent self-attention layers sharing
+    one set of weights, then learned output queries cross-attend to the latents."""
+
+    def __init__(self):
+        super().__init__()
+        self.latents = nn.Parameter(torch.randn(6, 32) * 0.5)
+        self.lnq = nn.LayerNorm(32)
+        self.lnkv = nn.LayerNorm(12)
+        self.q = nn.Linear(32, 32)
+        self.kv = nn.Linear(12, 64)
+        self.self_ln = nn.LayerNorm(32)
+        self.self_qkv = nn.Linear(32, 96)
+        self.self_o = nn.Linear(32, 32)
+        self.mlp = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+        self.out_q = nn.Parameter(torch.randn(3, 32) * 0.5)
+        self.dec = nn.Linear(32, 5)
+
+    @staticmethod
+    def _attn(q, k, v, heads=4):
+        b, nq, d = q.shape
+        nk = k.shape[1]
+        q = q.view(b, nq, heads, d // heads).transpose(1, 2)
+        k = k.view(b, nk, heads, d // heads).transpose(1, 2)
+        v = v.view(b, nk, heads, d // heads).transpose(1, 2)
+        a = torch.einsum("bhqd,bhkd->bhqk", q, k) * (d // heads) ** -0.5
+        return torch.einsum("bhqk,bhkd->bhqd", a.softmax(-1), v).transpose(1, 2).reshape(b, nq, d)
+
+    def forward(self, x, y):  # (2, 16, 12), (2, 3)
+        b = x.shape[0]
+        lat = self.latents[None].expand(b, -1, -1)
+        k, v = self.kv(self.lnkv(x)).chunk(2, -1)
+        lat = lat + self._attn(self.q(self.lnq(lat)), k, v)
+        for _ in range(2):
+            q, k, v = self.self_qkv(self.self_ln(lat)).chunk(3, -1)
+            lat = lat + self.self_o(self._attn(q, k, v))
+            lat = lat + self.mlp(lat)
+        o = self._attn(self.out_q[None].expand(b, -1, -1), lat, lat, heads=2)
+        return F.cross_entropy(self.dec(o).flatten(0, 1), y.flatten())
+
+
+class _Orthogonal(nn.Module):
+    """torch.nn.utils.parametrizations.orthogonal with its three maps: matrix_exp on a
+    square weight, householder (linalg.householder_product) on a tall one, cayley
+    (a solve) on another square one."""
+
+    def __init__(self):
+        super().__init__()
+        P = nn.utils.parametrizations
+        self.a = P.orthogonal(nn.Linear(16, 16), orthogonal_map="matrix_exp")
+        self.b = P.orthogonal(nn.Linear(16, 8), orthogonal_map="householder")
+        self.c = P.orthogonal(nn.Linear(8, 8), orthogonal_map="cayley")
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.c(F.silu(self.b(torch.tanh(self.a(x))))))).pow(2).mean()
+
+
+class _PadInterp(nn.Module):
+    """F.pad in reflect, replicate, circular and constant modes on 2-D maps (and reflect
+    on 1-D), F.interpolate bicubic, nearest-exact, area, bilinear with align_corners and
+    a fractional scale factor, adaptive_max_pool2d."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3)
+        self.c2 = nn.Conv2d(8, 8, 3)
+        self.c3 = nn.Conv1d(8, 8, 3)
+        self.head = nn.Linear(8 * 4 + 8, 5)
+
+    def forward(self, x, y):  # (2, 3, 8, 8)
+        h = F.gelu(self.c1(F.pad(x, (1, 1, 1, 1), mode="reflect")))  # 8x8
+        h = h + F.pad(h[:, :, 1:-1, 1:-1], (1, 1, 1, 1), mode="replicate")
+        h = F.silu(self.c2(F.pad(h, (1, 1, 1, 1), mode="circular")))  # 8x8
+        h = F.pad(h, (0, 1, 2, 0), value=0.5)  # 10x9
+        u = F.interpolate(h, size=(12, 12), mode="bicubic", align_corners=False)
+        u = u + F.interpolate(h, size=(12, 12), mode="nearest-exact")
+        d = F.interpolate(u, size=(6, 6), mode="area")
+        d = F.interpolate(d, scale_factor=1.5, mode="bilinear", align_corners=True)  # 9x9
+        p = F.adaptive_max_pool2d(d, 2).flatten(1)  # (2, 32)
+        seq = self.c3(F.pad(d.mean(2), (1, 1), mode="reflect"))  # (2, 8, 9)
+        return F.cross_entropy(self.head(torch.cat([p, seq.amax(-1)], 1)), y)
+
+
+class _EinsumDiag(nn.Module):
+    """einsum with repeated indices and diagonals: 'bii->bi' and 'bii->b' (diagonal,
+    trace), 'ii->' on a parameter, 'bij,bji->b', 'bij,jk,bkl->bil' chains, torch.diagonal
+    with an offset, diag_embed, tril, and a Gram matrix's log-determinant via slogdet."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.w = nn.Parameter(torch.randn(8, 8) * 0.3)
+        self.v = nn.Parameter(torch.randn(8, 8) * 0.3)
+
+    def forward(self, x):  # (3, 8, 8)
+        h = torch.tanh(self.a(x))
+        m = torch.einsum("bij,jk,bkl->bil", h, self.w, h.transpose(1, 2))  # (3, 8, 8)
+        d = torch.einsum("bii->bi", m)
+        tr = torch.einsum("bii->b", m)
+        cross = torch.einsum("bij,bji->b", m, h)
+        off = torch.diagonal(m, offset=1, dim1=1, dim2=2)  # (3, 7)
+        e = torch.diag_embed(d.softmax(-1)) + torch.tril(m, -1) * 0.1
+        g = e @ e.transpose(1, 2) + torch.eye(8)
+        ld = torch.linalg.slogdet(g).logabsdet
+        return (tr.pow(2).mean() * 0.01 + cross.tanh().mean() + off.pow(2).mean() + ld.mean() * 0.1
+                + torch.einsum("ii->", self.v * self.w) + d.abs().mean())
+
+
+class _Activations(nn.Module):
+    """Deterministic activations: PReLU per channel, Hardswish, Hardsigmoid, Mish, SELU,
+    CELU, ELU, Softplus with beta and threshold, Hardtanh, LogSigmoid, GLU, Softsign,
+    Tanhshrink, Softshrink, Hardshrink, Threshold, ReLU6, RReLU in eval mode (a fixed
+    slope)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.ModuleList(nn.Linear(16, 16) for _ in range(6))
+        self.glu = nn.Linear(16, 32)
+        self.prelu = nn.PReLU(16, init=0.2)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x):
+        l = self.l
+        h = self.prelu(l[0](x)) + F.hardswish(l[0](x)) * F.hardsigmoid(x)
+        h = F.mish(l[1](h)) + F.selu(h) + F.celu(h, 0.7)
+        h = F.elu(l[2](h), 1.3) + F.softplus(h, beta=2.0, threshold=1.0) + F.hardtanh(h, -0.5, 0.7)
+        h = F.logsigmoid(l[3](h)) + F.glu(self.glu(h), -1) + F.softsign(h)
+        h = F.tanhshrink(l[4](h)) + F.softshrink(h, 0.3) + F.hardshrink(h, 0.2)
+        h = F.threshold(l[5](h), 0.1, -0.2) + F.relu6(h * 4) + F.rrelu(h, training=False)
+        return self.out(h).pow(2).mean()
+
+
+class _RandomActs(nn.Module):
+    """Random activations and dropouts in training: RReLU (random negative slopes),
+    AlphaDropout, FeatureAlphaDropout, Dropout2d and Dropout1d, in-place dropout on an
+    intermediate, a bernoulli mask with per-element probabilities (RANDOM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv1d(8, 8, 3, padding=1)
+        self.l1 = nn.Linear(8, 16)
+        self.l2 = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 4)
+        self.rrelu = nn.RReLU(0.1, 0.3)
+        self.ad = nn.AlphaDropout(0.2)
+        self.fad = nn.FeatureAlphaDropout(0.2)
+        self.d2 = nn.Dropout2d(0.25)
+        self.d1 = nn.Dropout1d(0.25)
+
+    def forward(self, x):  # (2, 3, 6, 6)
+        h = self.d2(self.rrelu(self.c1(x)))
+        h = self.fad(F.selu(h))
+        s = self.d1(F.gelu(self.c2(h.mean(2))))  # (2, 8, 6)
+        t = self.l1(s.transpose(1, 2))  # (2, 6, 16)
+        t = self.ad(F.selu(t))
+        u = self.l2(t)
+        F.dropout(u, 0.3, training=True, inplace=True)
+        keep = torch.bernoulli(torch.sigmoid(u.detach()))
+        return self.out(torch.tanh(u) * keep + self.rrelu(t)).pow(2).mean()
+
+
+class _CdistCounts(nn.Module):
+    """Prototype classification: an embedding with padding_idx, a masked mean, cdist (p=2
+    and p=1) to learned prototypes, -logsumexp of the distances; a loss mixing dtypes:
+    int64 token counts via .float(), a bool accuracy via .float(), and a float64
+    regularizer cast back."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, 16, padding_idx=0)
+        self.proj = nn.Linear(16, 16)
+        self.protos = nn.Parameter(torch.randn(5, 16))
+        self.temp = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, ids, y):  # (4, 10) with zeros as padding, (4,)
+        keep = ids != 0
+        counts = keep.sum(-1)  # int64
+        h = self.emb(ids)
+        mean = h.sum(1) / counts.float().clamp(min=1)[:, None]
+        z = torch.tanh(self.proj(mean))
+        d2 = torch.cdist(z, self.protos)
+        d1 = torch.cdist(z, self.protos, p=1)
+        logits = -(d2 * self.temp + 0.1 * d1)
+        nll = -(logits.gather(1, y[:, None]).squeeze(1) - torch.logsumexp(logits, -1))
+        acc = (logits.argmax(-1) == y).float()
+        reg = self.protos.double().pow(2).sum(-1).mean().float()
+        w = counts.float() / counts.sum().float()
+        return (nll * w).sum() + 0.01 * reg + 0.1 * (1 - acc.mean()) * self.temp
+
+
+class _EMATeacher(nn.Module):
+    """Mean-teacher consistency: a non-persistent buffer holding an EMA copy of the
+    student's weight, updated in place under no_grad with a decay computed from a Python
+    int attribute incremented each call (and a Python float attribute written), a
+    persistent step buffer, the teacher's output (from the updated EMA weight) as the
+    consistency target."""
+
+    def __init__(self):
+        super().__init__()
+        self.stu = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+        self.register_buffer("ema_w", self.stu.weight.detach().clone() * 0.9, persistent=False)
+        self.register_buffer("ema_b", torch.zeros(16))
+        self.register_buffer("step", torch.zeros(()))
+        self.n = 0
+        self.decay = 0.0
+
+    def forward(self, x, y):
+        self.n += 1
+        self.decay = min(0.99, (1 + self.n) / (10 + self.n))
+        s = torch.tanh(self.stu(x))
+        with torch.no_grad():
+            self.ema_w.mul_(self.decay).add_(self.stu.weight, alpha=1 - self.decay)
+            self.ema_b.lerp_(self.stu.bias, 1 - self.decay)
+            self.step += 1
+            t = torch.tanh(F.linear(x, self.ema_w, self.ema_b))
+        cons = (s - t).pow(2).mean() * self.step
+        return F.cross_entropy(self.head(s), y) + cons
+
+
+class _DictOut(nn.Module):
+    """A module returning a namedtuple holding a dict of outputs and a tuple; a graph
+    break makes them all outputs of the compiled graph; the loss reads only some of them
+    (one head unused, one used through a no-grad comparison, one only through a slice)."""
+
+    from collections import namedtuple
+
+    Out = namedtuple("Out", ["heads", "aux", "feat"])
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32), nn.Tanh())
+        self.cls = nn.Linear(32, 5)
+        self.reg = nn.Linear(32, 3)
+        self.unused = nn.Linear(32, 7)
+
+    def forward(self, x):
+        f = self.trunk(x)
+        heads = {"cls": self.cls(f), "reg": self.reg(f), "unused": self.unused(f)}
+        aux = (f.mean(-1), f.std(-1), (f > 0).sum(-1))
+        return self.Out(heads, aux, f)
+
+
+def _dict_out_loss(m, x, y):
+    o = m(x)
+    torch._dynamo.graph_break()
+    ok = (o.heads["reg"].argmax(-1) == y % 3).float()
+    return (F.cross_entropy(o.heads["cls"], y) + o.heads["reg"][:, :2].pow(2).mean() * ok.mean()
+            + o.aux[1].mean() + o.feat[:, 0].mean() * o.aux[2].float().mean())
+
+
+class _ChunkAttn(nn.Module):
+    """Local attention in fixed chunks of 4 along a sequence whose length (symbolic in
+    chunk_attn_dynamic) is padded up to a multiple of 4 with F.pad: reshapes whose sizes
+    are expressions in the length (s + (-s) % 4, // 4), arange-derived masks for the
+    padding, unflatten / flatten, a slice back to s, and a per-position mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.o = nn.Linear(16, 16)
+        self.ff = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+
+    def forward(self, x):  # (2, s, 16)
+        b, s, d = x.shape
+        pad = (-s) % 4
+        xp = F.pad(x, (0, 0, 0, pad))
+        n = xp.shape[1] // 4
+        valid = (torch.arange(xp.shape[1]) < s).view(n, 4)
+        q, k, v = self.qkv(xp).unflatten(1, (n, 4)).chunk(3, -1)  # (b, n, 4, 16)
+        sc = (q @ k.transpose(-1, -2)) * d ** -0.5
+        sc = sc.masked_fill(~valid[None, :, None, :], -1e4)
+        a = (sc.softmax(-1) @ v).flatten(1, 2)[:, :s]  # (b, s, 16)
+        h = x + self.o(a)
+        h = h + self.ff(h)
+        return h.pow(2).mean(-1).sum() / (b * s)
+
+
 def _hand_written(name: str):
     torch.manual_seed(0)
     if name == "ckpt":
@@ -1824,6 +2453,50 @@ def _hand_written(name: str):
         return _DeepMLP(), (torch.randn(8, 8),), lambda m, x: m(x)
     if name == "wide_mlp":
         return _WideMLP(), (torch.randn(8, 16), torch.randint(0, 8, (8,))), lambda m, x, y: m(x, y)
+    if name == "norm_zoo":
+        return _NormZoo(), (torch.randn(2, 3, 8, 8), torch.tensor([1, 4])), lambda m, x, y: m(x, y)
+    if name == "bn_eval_mix":
+        return _BNEvalMix(), (torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 4])), lambda m, x, y: m(x, y)
+    if name == "reuse_views":
+        return _ReuseViews(), (torch.randn(6, 16), torch.randn(6, 16)), lambda m, x, z: m(x, z)
+    if name == "scatter_reduce":
+        return _ScatterReduce(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "cum_chain":
+        return _CumChain(), (torch.randn(2, 10, 8),), lambda m, x: m(x)
+    if name == "order_stats":
+        return _OrderStats(), (torch.randn(6, 16),), lambda m, x: m(x)
+    if name == "alibi_t5":
+        return _AlibiT5(), (_ids(2, 10),), lambda m, ids: m(ids)
+    if name == "diffusion_unet":
+        return _DiffusionUNet(), (torch.randn(2, 3, 8, 8), torch.tensor([3, 41]), torch.randn(2, 3, 8, 8)), \
+            lambda m, x, t, n: m(x, t, n)
+    if name == "rnn_cells":
+        return _RNNCells(), (torch.randn(12, 3, 8),), lambda m, x: m(x)
+    if name == "moe_top2":
+        return _MoETop2(), (torch.randn(2, 6, 16),), lambda m, x: m(x)
+    if name == "perceiver":
+        return _Perceiver(), (torch.randn(2, 16, 12), torch.randint(0, 5, (2, 3))), lambda m, x, y: m(x, y)
+    if name == "orthogonal":
+        return _Orthogonal(), (torch.randn(6, 16),), lambda m, x: m(x)
+    if name == "pad_interp":
+        return _PadInterp(), (torch.randn(2, 3, 8, 8), torch.tensor([1, 3])), lambda m, x, y: m(x, y)
+    if name == "einsum_diag":
+        return _EinsumDiag(), (torch.randn(3, 8, 8),), lambda m, x: m(x)
+    if name == "activations":
+        return _Activations(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "random_acts":
+        return _RandomActs(), (torch.randn(2, 3, 6, 6),), lambda m, x: m(x)
+    if name == "cdist_counts":
+        ids = _ids(4, 10)
+        ids[0, 6:] = 0
+        ids[2, 3:] = 0
+        return _CdistCounts(), (ids, torch.tensor([0, 3, 1, 4])), lambda m, i, y: m(i, y)
+    if name == "ema_teacher":
+        return _EMATeacher(), (torch.randn(8, 16), torch.randint(0, 4, (8,))), lambda m, x, y: m(x, y)
+    if name == "dict_out":
+        return _DictOut(), (torch.randn(8, 16), torch.randint(0, 5, (8,))), _dict_out_loss
+    if name == "chunk_attn":
+        return _ChunkAttn(), (torch.randn(2, 10, 16),), lambda m, x: m(x)
     raise KeyError(name)
 
 
@@ -1836,12 +2509,16 @@ HAND_WRITTEN = ("ckpt", "ckpt_dropout", "mha", "sdpa", "embbag", "inplace2", "bu
                 "vmap_ensemble", "fft_complex", "njt_input",
                 "emb_maxnorm", "custom_fn_dirty", "fake_quant", "gumbel_sample", "vae_rsample", "linalg",
                 "spatial_tf", "conv3d", "stft", "ckpt_variants", "save_on_cpu", "grad_hook", "half_params",
-                "partial_loss", "deep_mlp", "wide_mlp")
+                "partial_loss", "deep_mlp", "wide_mlp",
+                "norm_zoo", "bn_eval_mix", "reuse_views", "scatter_reduce", "cum_chain", "order_stats", "alibi_t5",
+                "diffusion_unet", "rnn_cells", "moe_top2", "perceiver", "orthogonal", "pad_interp", "einsum_diag",
+                "activations", "random_acts", "cdist_counts", "ema_teacher", "dict_out", "chunk_attn")
 MODELS = ["distilbert", "roberta", "deberta_v2", "electra", "whisper", "wav2vec2", "hubert", "convnext", "swin",
           "mobilenet_v2", "efficientnet", "clip_text", "clip_vision", "gpt_neox", "falcon", "phi", "qwen2", "gemma",
           "mistral", "qwen2_moe", "olmoe", "mamba", "gpt2_gc", "gpt2_dropout", "gpt2_gc_dropout",
-          *HAND_WRITTEN, "qwen2_dynamic", "sdpa_dynamic", "cnn_dynamic", "tfm_block_dynamic"]
-RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise", "gumbel_sample", "vae_rsample")
+          *HAND_WRITTEN, "qwen2_dynamic", "sdpa_dynamic", "cnn_dynamic", "tfm_block_dynamic",
+          "chunk_attn_dynamic"]
+RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise", "gumbel_sample", "vae_rsample", "random_acts")
 SCALAR_OUTPUTS = ("while_loop", "hop_map", "scan_rnn")  # built with torch._dynamo.config.capture_scalar_outputs
 
 
