@@ -158,11 +158,32 @@ Expected<SubgraphPlan> PlanSubgraph(const Graph& joint, const std::vector<Node*>
   }
   for (Node* o : outputs) {
     if (!o) continue;
-    if (!plan.valid[o->index()])
+    if (!plan.valid[o->index()]) {
+      // Name the first value on the way that nothing provides: an invalid node
+      // whose own inputs are all valid (a placeholder that is not an input, or a
+      // node pinned to the other graph).
+      const Node* cause = o;
+      for (bool descended = true; descended;) {
+        descended = false;
+        for (const Node* in : cause->inputs())
+          if (!plan.valid[in->index()]) {
+            cause = in;
+            descended = true;
+            break;
+          }
+      }
+      const char* graph = which == Subgraph::kForward ? "forward" : "backward";
+      std::string why;
+      if (cause != o)
+        why = fmt::format(" ('{}' is neither an input of the {} graph nor computable there{})", cause->name(), graph,
+                          elsewhere[cause->index()] ? ": it must run in the other graph" : "");
+      else if (elsewhere[o->index()])
+        why = " (it must run in the other graph)";
       return Status::BadInput(
-          fmt::format("'{}' is an output of the {} graph but cannot be computed from its inputs", o->name(),
-                      which == Subgraph::kForward ? "forward" : "backward"),
+          fmt::format("'{}' is an output of the {} graph but cannot be computed from its inputs{}", o->name(), graph,
+                      why),
           fmt::format("node '{}'", o->name()));
+    }
     plan.live[o->index()] = true;
   }
   for (size_t i = n; i-- > 0;) {
@@ -305,14 +326,35 @@ std::vector<Node*> SaveSharedStoragesOnce(const JointClassification& c, const st
   for (Node* o : c.forward_outputs)
     if (o)
       if (Node* r = root_of(o)) user_visible.insert(r);
+  // The symbolic sizes the views from a root to a value read (view(x, [s0, 16]))
+  // must reach the backward too: saved with the root, unless a view reads a
+  // tensor besides its source (then the value is saved as it is). A dynamic
+  // shape's size may come from a tensor that nothing else saves
+  // (sym_size(constant_pad_nd, 1) for a view of an addmm).
+  auto view_scalars = [&](Node* s, Node* r, std::vector<Node*>& scalars) {
+    for (Node* n = s; n && n != r;) {
+      const Node* source = nullptr;
+      if (!SharesStorage(*n, &source) || !source) return false;
+      for (Node* in : n->inputs()) {
+        if (in == source) continue;
+        if (!IsSymNode(*in) && in->val().kind != ValueFacts::Kind::kConst) return false;
+        scalars.push_back(in);
+      }
+      n = const_cast<Node*>(source);
+    }
+    return true;
+  };
   std::vector<Node*> out;
   std::unordered_set<const Node*> added;
   for (size_t i = 0; i < saved_values.size(); ++i) {
     Node* s = saved_values[i];
     Node* r = roots[i];
-    const bool shared = r && sharing[r] > 1 && !user_visible.count(r);
+    std::vector<Node*> scalars;
+    const bool shared = r && sharing[r] > 1 && !user_visible.count(r) && view_scalars(s, r, scalars);
     Node* keep = shared ? r : s;
     if (added.insert(keep).second) out.push_back(keep);
+    for (Node* scalar : scalars)
+      if (added.insert(scalar).second) out.push_back(scalar);
   }
   return out;
 }

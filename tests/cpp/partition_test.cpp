@@ -298,3 +298,47 @@ TEST_CASE("extraction saves a storage two saved values share once, as its root")
   // Without the option (the min cut, the default partition): as asked, as PyTorch's.
   CHECK(saved_names({"primals_1", "a", "v", "w"}, false) == std::vector<std::string>{"a", "primals_1", "v", "w"});
 }
+
+// The same rule with a dynamic shape: the views of the root read a size that
+// comes from a tensor nothing saves (a padded input's sym_size, as a chunked
+// attention over a padded sequence has it). Saved as the root, the size goes
+// with it as a symint; before, the backward needed the unsaved tensor and
+// extraction failed ("cannot be computed from its inputs").
+TEST_CASE("a storage saved once as its root takes the symbolic sizes of its views along") {
+  const std::string text =
+      "# fxremat.graph v1 kind=joint num_fwd_outputs=1 tangent_outputs=[0]\n"
+      "# symbol s0=6\n"
+      "# input primals_1 role=primal tag=is_forward\n"
+      "# input tangents_1 role=tangent tag=is_backward\n" +
+      std::string(testing::kCommonOpSchemas) +
+      "def forward(self, primals_1: \"f32[s0][1]cpu rg\", tangents_1: \"f32[s0][1]cpu\"):\n"
+      "    p: \"f32[s0][1]cpu rg\" = torch.ops.aten.cos.default(primals_1)  # tag=is_forward\n"
+      "    n: \"Sym(s0)\" = torch.ops.aten.sym_size.int(p, 0)  # tag=is_forward\n"
+      "    a: \"f32[s0][1]cpu rg\" = torch.ops.aten.sin.default(primals_1)  # tag=is_forward\n"
+      "    v: \"f32[s0][1]cpu rg\" = torch.ops.aten.view.default(a, [n])  # tag=is_forward\n"
+      "    w: \"f32[s0][1]cpu rg\" = torch.ops.aten.view.default(v, [n])  # tag=is_forward\n"
+      "    o: \"f32[s0][1]cpu rg\" = torch.ops.aten.mul.Tensor(w, p)  # tag=is_forward\n"
+      "    m1: \"f32[s0][1]cpu\" = torch.ops.aten.mul.Tensor(tangents_1, v)  # tag=is_backward\n"
+      "    m2: \"f32[s0][1]cpu\" = torch.ops.aten.mul.Tensor(m1, w)  # tag=is_backward\n"
+      "    return (o, m2)\n";
+  auto joint = ParseGraph(text);
+  INFO(joint.status().ToString());
+  REQUIRE(joint.ok());
+  const Graph& g = **joint;
+  std::vector<Node*> saved = {g.findNode("v"), g.findNode("w")};
+  ExtractOptions options;
+  options.save_shared_storages_once = true;
+  Expected<JointClassification> c = ClassifyJoint(g);
+  REQUIRE(c.ok());
+  Expected<Partition> p = ExtractPartition(g, *c, saved, "mincut", options);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  REQUIRE(CheckSignature(*p->forward, *p->backward, p->signature).ok());
+  std::vector<std::string> out;
+  for (const SavedValue& s : p->signature.saved) out.push_back(s.name);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"a", "n"});
+  // The backward recomputes v and w from a, with the saved size.
+  CHECK(p->backward->findNode("p") == nullptr);
+  CHECK(p->backward->findNode("v") != nullptr);
+}
