@@ -44,12 +44,25 @@ void Collect(const Graph& joint, const ValueFacts& val, std::set<std::string>& o
   }
 }
 
-// The symbol a node binds: a SymInt placeholder whose expression is a bare
-// symbol (the reference's is_symbol_binding_fx_node; unbacked symbols have no
-// hint and are refused earlier). Empty if none.
+// Whether a symbol is unbacked: PyTorch names those u0, u1, ... (SymT.UNBACKED_INT;
+// an unbacked float's is zuf0, ...), backed ones s0, s1, ....
+bool IsUnbackedSymbol(std::string_view name) {
+  std::string_view digits = name;
+  if (digits.rfind("zuf", 0) == 0) digits.remove_prefix(3);
+  else if (!digits.empty() && digits.front() == 'u') digits.remove_prefix(1);
+  else return false;
+  return !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The symbol a node binds (the reference's is_symbol_binding_fx_node): a SymInt
+// whose expression is a bare symbol, on a placeholder (a backed size the inputs
+// carry) or on any node for an unbacked symbol (u0 = _local_scalar_dense(...),
+// the .item() that creates it). Empty if none. An expression of an unbacked
+// symbol (u0 + 2) binds nothing: the backward needs u0 itself, which Inductor's
+// generated code names (16c of the usage hunt: "name 'u0' is not defined").
 std::string BoundSymbol(const Graph& joint, const Node& n) {
-  if (!n.isPlaceholder() || n.val().kind != ValueFacts::Kind::kSymInt) return "";
-  return joint.symbols().count(n.val().expr) ? n.val().expr : "";
+  if (n.val().kind != ValueFacts::Kind::kSymInt || !joint.symbols().count(n.val().expr)) return "";
+  return n.isPlaceholder() || IsUnbackedSymbol(n.val().expr) ? n.val().expr : "";
 }
 
 }  // namespace

@@ -145,3 +145,41 @@ def test_unbounded_unbacked_symbols(cls, args, compiler):
     torch.compile(m, backend="fxremat", options={"compiler": compiler})(*args).backward()
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda s: f"{name}: {s}")
+
+
+class _ItemScalar(torch.nn.Module):
+    """A scalar read with .item() (an unbacked symbol u0) enters the backward only
+    through an expression of it (u0 + 2 multiplies a tensor): the backward needs u0
+    itself, as PyTorch's is_symbol_binding_fx_node has it; saved as `u0 + 2` alone,
+    Inductor's generated backward named an undefined u0."""
+
+    def __init__(self, square: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(16, 16)
+        self.square = square
+
+    def forward(self, x):
+        h = self.lin(x)
+        u = (h.detach().abs().sum() > 10).long().item()
+        torch._check(u >= 0)
+        torch._check(u <= 1)
+        k = u * u + 3 if self.square else u + 2
+        return ((h * k).tanh() + h.sigmoid()).pow(2).mean()
+
+
+@pytest.mark.usefixtures("fresh_compile_state", "dynamic_output_shapes")
+@pytest.mark.parametrize("budget", [None, 0.0])
+@pytest.mark.parametrize("square", [False, True], ids=["u_plus_2", "u_squared_plus_3"])
+def test_an_unbacked_symbol_reaches_the_backward_bound(square, budget):
+    x = torch.randn(8, 16)
+    ref, m = _ItemScalar(square), _ItemScalar(square)
+    ref(x).backward()
+    options = {} if budget is None else {"activation_memory_budget": budget}
+    torch._dynamo.reset()
+    torch.compile(m, backend="fxremat", options=options)(x).backward()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda s: f"{name}: {s}")
+    if budget is None:  # budget 0.0 reads the scalar again in the backward instead
+        saved = fxremat.partition_records()[-1].signature["saved"]
+        assert any(s["kind"] == "symint" and s["name"].startswith("_local_scalar_dense") for s in saved), saved
