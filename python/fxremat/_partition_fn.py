@@ -1149,7 +1149,7 @@ class FxrematPartitionFn:
 def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, policy: Any = None,
                  offload_target: str = "torch", barrier: bool = False, keep_annotations: bool = False,
                  dump_dir: str | os.PathLike | None = None, fallback: bool = False,
-                 pareto_dir: str | os.PathLike | None = None) -> Callable[..., tuple[fx.GraphModule, fx.GraphModule]]:
+                 pareto_dir: str | os.PathLike | None = None, **partitioner_kwargs: Any) -> Any:
     """A ``partition_fn`` for AOTAutograd backed by fxremat's C++ partitioner.
 
     Use it as ``aot_autograd(fw_compiler=..., partition_fn=fxremat.partition_fn())`` or
@@ -1194,7 +1194,15 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     The callable also has ``uuid()``, so the backend can hand it to Inductor as a
     ``CustomPartitionerFn``. Each call appends a :class:`PartitionRecord` (phase times,
     saved bytes) to :func:`partition_records`.
+
+    ``partition_fn`` itself, uncalled (``partition_fn=fxremat.partition_fn``), works as
+    ``partition_fn()``: AOTAutograd's call ``(joint_module, joint_inputs,
+    num_fwd_outputs=...)`` is handed to the default min cut.
     """
+    if isinstance(partitioner, fx.GraphModule):
+        return FxrematPartitionFn("mincut", None)(partitioner, options, **partitioner_kwargs)
+    if partitioner_kwargs:
+        raise TypeError(f"partition_fn() got unexpected keyword argument(s) {sorted(partitioner_kwargs)}")
     return FxrematPartitionFn(partitioner, options, policy=policy, offload_target=offload_target, barrier=barrier,
                               keep_annotations=keep_annotations, dump_dir=dump_dir, fallback=fallback,
                               pareto_dir=pareto_dir)

@@ -44,6 +44,29 @@ def test_random_op_in_a_checkpoint_region_is_not_replayed(partitioner, fresh_com
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_partition_fn_uncalled_is_the_default_min_cut(fresh_compile_state):
+    """partition_fn=fxremat.partition_fn (the factory itself, as a user passing
+    PyTorch's min_cut_rematerialization_partition would write it) partitions like
+    partition_fn(); other stray keywords are still a TypeError."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    def f(x, w):
+        return torch.tanh(x @ w).sin()
+
+    torch.manual_seed(1)
+    x0, w0 = torch.randn(8, 16), torch.randn(16, 16)
+    want = _grads(f, x0, w0)
+    n0 = len(fxremat.partition_records())
+    backend = aot_autograd(fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g,
+                           partition_fn=fxremat.partition_fn)
+    got = _grads(torch.compile(f, backend=backend, fullgraph=True), x0, w0)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert [r.partitioner for r in fxremat.partition_records()[n0:]] == ["mincut"]
+    with pytest.raises(TypeError, match="num_fwd_outputs"):
+        fxremat.partition_fn("mincut", num_fwd_outputs=1)
+
+
 def test_unknown_recompute_tag_is_an_error():
     import torch.fx as fx
 
