@@ -18,7 +18,7 @@ attention, Philox random numbers and Triton kernels are paths the CPU never take
 model whose eager step fails there (a tensor made on the CPU inside the model) is
 reported as skipped, not as a failure.
 
-The models: the list below (MODELS) and bench/corpus_zoo.py's (ZOO_MODELS), 105 in all.
+The models: the list below (MODELS) and bench/corpus_zoo.py's (ZOO_MODELS), 126 in all.
 Prints one line per model and configuration; exits 1 if any differs or fails.
 Not part of ``make test`` (it takes about 40 minutes); tests/python holds the small versions.
 """
