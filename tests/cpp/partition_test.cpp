@@ -342,3 +342,24 @@ TEST_CASE("a storage saved once as its root takes the symbolic sizes of its view
   CHECK(p->backward->findNode("p") == nullptr);
   CHECK(p->backward->findNode("v") != nullptr);
 }
+
+// A saved set the backward cannot run from is refused with the value that
+// nothing provides named, not only the output that needs it.
+TEST_CASE("an extraction error names the value nothing provides") {
+  const std::string text =
+      std::string(testing::kOneInputJointHeader) + testing::kCommonOpSchemas +
+      "def forward(self, primals_1: \"f32[4][1]cpu rg\", tangents_1: \"f32[4][1]cpu\"):\n"
+      "    a: \"f32[4][1]cpu rg\" = torch.ops.aten.sin.default(primals_1)  # tag=is_forward\n"
+      "    b: \"f32[4][1]cpu rg\" = torch.ops.aten.cos.default(a)  # tag=is_forward\n"
+      "    g: \"f32[4][1]cpu\" = torch.ops.aten.mul.Tensor(tangents_1, b)  # tag=is_backward\n"
+      "    return (b, g)\n";
+  auto joint = ParseGraph(text);
+  REQUIRE(joint.ok());
+  Expected<JointClassification> c = ClassifyJoint(**joint);
+  REQUIRE(c.ok());
+  Expected<Partition> p = ExtractPartition(**joint, *c, {}, "mincut", ExtractOptions{});
+  REQUIRE(!p.ok());
+  CHECK(p.status().ToString().find("'g' is an output of the backward graph but cannot be computed from its inputs "
+                                   "('primals_1' is neither an input of the backward graph nor computable there)") !=
+        std::string::npos);
+}
