@@ -244,6 +244,12 @@ def _train_step(name: str, compiler: str | None, options: dict, fxremat: bool, f
     device = DEVICE["value"]
     if device.type != "cpu":
         step.to(device)
+        # Tensors kept as plain attributes (constants in the graph, not parameters or
+        # buffers, which .to() moves) go along too.
+        for mod in step.modules():
+            for attr, value in list(vars(mod).items()):
+                if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                    setattr(mod, attr, value.to(device))
         inputs = tree_map_only(torch.Tensor, lambda t: t.detach().to(device).requires_grad_(t.requires_grad), inputs)
         if name.endswith("_dynamic"):
             for x in inputs:

@@ -254,7 +254,7 @@ class _MHA(nn.Module):
     def forward(self, ids):
         h = self.emb(ids)
         s = ids.shape[1]
-        mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+        mask = torch.triu(torch.ones(s, s, dtype=torch.bool, device=ids.device), 1)
         a, w = self.attn(h, h, h, attn_mask=mask, need_weights=True)
         h = self.ln(h + a)
         return F.cross_entropy(self.out(h).flatten(0, 1), ids.flatten()) + w.pow(2).mean()
@@ -417,7 +417,7 @@ class _Noise(nn.Module):
     def forward(self, x):
         for l in self.l:
             h = torch.tanh(l(x + 0.1 * torch.randn_like(x)))
-            keep = torch.empty(x.shape[0], 1).bernoulli_(0.7) / 0.7
+            keep = torch.empty(x.shape[0], 1, device=x.device).bernoulli_(0.7) / 0.7
             x = x + F.dropout(h, 0.2) * keep
         return x.pow(2).mean()
 
@@ -1100,11 +1100,12 @@ class _TfmBlock(nn.Module):
 
     def forward(self, x):
         b, s, d = x.shape
-        pos = torch.arange(s, dtype=x.dtype)[:, None] / (100.0 ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+        pos = torch.arange(s, dtype=x.dtype, device=x.device)[:, None] / (
+            100.0 ** (torch.arange(0, d, 2, dtype=x.dtype, device=x.device) / d))
         x = x + torch.cat([pos.sin(), pos.cos()], -1)[None]
         keep = (x[..., 0] > -1.5).to(x.dtype)  # (b, s): padding from the data
         q, k, v = self.qkv(self.ln1(x)).reshape(b, s, 3, 4, d // 4).permute(2, 0, 3, 1, 4).unbind(0)
-        i = torch.arange(s)
+        i = torch.arange(s, device=x.device)
         allowed = (i[:, None] >= i[None, :]) & ((i[:, None] - i[None, :]) < 6)
         sc = (q @ k.transpose(-1, -2)) * (d // 4) ** -0.5
         sc = sc.masked_fill(~allowed, float("-inf")) + (keep[:, None, None, :] - 1.0) * 1e4
@@ -1367,7 +1368,7 @@ class _FakeQuant(nn.Module):
     def forward(self, x):
         xq = torch.fake_quantize_per_tensor_affine(x, 0.1, 0, -128, 127)
         wq = torch.fake_quantize_per_channel_affine(self.a.weight, self.a.weight.abs().amax(1).detach() / 127,
-                                                    torch.zeros(32, dtype=torch.int32), 0, -128, 127)
+                                                    torch.zeros(32, dtype=torch.int32, device=x.device), 0, -128, 127)
         h = F.gelu(F.linear(xq, wq, self.a.bias))
         hq = torch._fake_quantize_learnable_per_tensor_affine(h, self.s, self.zp, 0, 255, 1.0)
         return self.b(hq).pow(2).mean()
@@ -1439,14 +1440,14 @@ class _Linalg(nn.Module):
     def forward(self, x):  # (4, 6, 8)
         h = torch.tanh(self.a(x))  # (4, 6, 8)
         # SPD with well-separated eigenvalues (h^T h has rank 6: the diagonal splits the rest)
-        g = h.transpose(-1, -2) @ h / 6 + torch.diag(torch.linspace(1.0, 3.0, 8))
+        g = h.transpose(-1, -2) @ h / 6 + torch.diag(torch.linspace(1.0, 3.0, 8, device=x.device))
         L = torch.linalg.cholesky(g)
         y = torch.cholesky_solve(self.b(x).transpose(-1, -2), L)  # (4, 8, 6)
-        s = torch.linalg.solve(g + 0.5 * torch.eye(8), y)
+        s = torch.linalg.solve(g + 0.5 * torch.eye(8, device=x.device), y)
         Q, R = torch.linalg.qr(self.b(x))  # (4, 6, 8): reduced, Q (4, 6, 6)
         lam, V = torch.linalg.eigh(g)
         spec = V @ torch.diag_embed(torch.sqrt(lam)) @ V.transpose(-1, -2)
-        U, S, Vh = torch.linalg.svd(h[..., :5] + torch.eye(6, 5), full_matrices=False)
+        U, S, Vh = torch.linalg.svd(h[..., :5] + torch.eye(6, 5, device=x.device), full_matrices=False)
         d = torch.cdist(h, self.c)  # (4, 6, 5)
         return (s.pow(2).mean() + (Q @ R).pow(2).mean() + Q[..., 0].abs().mean() + spec.mean() + S.sum() * 0.1
                 + (U @ Vh * d).mean() + d.mean())
