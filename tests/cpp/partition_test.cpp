@@ -247,6 +247,33 @@ TEST_CASE("a large joint graph classified while its CSE search runs gives the sa
   CHECK(!staged->signature.saved.empty());
 }
 
+namespace {
+
+// The partition that saves the named values, extracted with
+// ExtractOptions::save_shared_storages_once = dedup; checked.
+Partition ExtractSaved(const Graph& g, const std::vector<std::string>& names, bool dedup) {
+  std::vector<Node*> saved;
+  for (const std::string& n : names) saved.push_back(g.findNode(n));
+  ExtractOptions options;
+  options.save_shared_storages_once = dedup;
+  Expected<JointClassification> c = ClassifyJoint(g);
+  REQUIRE(c.ok());
+  Expected<Partition> p = ExtractPartition(g, *c, saved, "mincut", options);
+  INFO(p.status().ToString());
+  REQUIRE(p.ok());
+  REQUIRE(CheckSignature(*p->forward, *p->backward, p->signature).ok());
+  return std::move(*p);
+}
+
+std::vector<std::string> SortedSavedNames(const Partition& p) {
+  std::vector<std::string> out;
+  for (const SavedValue& s : p.signature.saved) out.push_back(s.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
 // Note [Saved values never alias each other] (src/extract_partition.cpp): with
 // save_shared_storages_once (the budget solver's extractions), two saved values
 // on one storage (a value and its view) are saved as the value that allocated
@@ -272,20 +299,7 @@ TEST_CASE("extraction saves a storage two saved values share once, as its root")
   REQUIRE(joint.ok());
   const Graph& g = **joint;
   auto saved_names = [&](std::vector<std::string> names, bool dedup = true) {
-    std::vector<Node*> saved;
-    for (const std::string& n : names) saved.push_back(g.findNode(n));
-    ExtractOptions options;
-    options.save_shared_storages_once = dedup;
-    Expected<JointClassification> c = ClassifyJoint(g);
-    REQUIRE(c.ok());
-    Expected<Partition> p = ExtractPartition(g, *c, saved, "mincut", options);
-    INFO(p.status().ToString());
-    REQUIRE(p.ok());
-    REQUIRE(CheckSignature(*p->forward, *p->backward, p->signature).ok());
-    std::vector<std::string> out;
-    for (const SavedValue& s : p->signature.saved) out.push_back(s.name);
-    std::sort(out.begin(), out.end());
-    return out;
+    return SortedSavedNames(ExtractSaved(g, names, dedup));
   };
   // a, its view v and v's permutation w share one storage: a alone is saved.
   CHECK(saved_names({"primals_1", "a", "v", "w"}) == std::vector<std::string>{"a", "primals_1"});
@@ -324,23 +338,11 @@ TEST_CASE("a storage saved once as its root takes the symbolic sizes of its view
   auto joint = ParseGraph(text);
   INFO(joint.status().ToString());
   REQUIRE(joint.ok());
-  const Graph& g = **joint;
-  std::vector<Node*> saved = {g.findNode("v"), g.findNode("w")};
-  ExtractOptions options;
-  options.save_shared_storages_once = true;
-  Expected<JointClassification> c = ClassifyJoint(g);
-  REQUIRE(c.ok());
-  Expected<Partition> p = ExtractPartition(g, *c, saved, "mincut", options);
-  INFO(p.status().ToString());
-  REQUIRE(p.ok());
-  REQUIRE(CheckSignature(*p->forward, *p->backward, p->signature).ok());
-  std::vector<std::string> out;
-  for (const SavedValue& s : p->signature.saved) out.push_back(s.name);
-  std::sort(out.begin(), out.end());
-  CHECK(out == std::vector<std::string>{"a", "n"});
+  Partition p = ExtractSaved(**joint, {"v", "w"}, /*dedup=*/true);
+  CHECK(SortedSavedNames(p) == std::vector<std::string>{"a", "n"});
   // The backward recomputes v and w from a, with the saved size.
-  CHECK(p->backward->findNode("p") == nullptr);
-  CHECK(p->backward->findNode("v") != nullptr);
+  CHECK(p.backward->findNode("p") == nullptr);
+  CHECK(p.backward->findNode("v") != nullptr);
 }
 
 // A saved set the backward cannot run from is refused with the value that
