@@ -195,14 +195,25 @@ class LossStep(torch.nn.Module):
         return self.loss_fn(self.m, *xs)
 
 
-def loss_step(name: str):
+def loss_step(name: str, device: torch.device | None = None):
     """``(LossStep in training mode, inputs, loss_fn)`` for a corpus model, ready to
-    compile: the sequence dimension of the ``*_dynamic`` entries' inputs is marked
-    dynamic, and Dynamo is told to trace nn.LSTM / nn.GRU (``allow_rnn``; else it
-    leaves them to eager and no partitioner sees them)."""
+    compile: on `device` (default: where the builder made them), the sequence dimension
+    of the ``*_dynamic`` entries' inputs marked dynamic, and Dynamo told to trace
+    nn.LSTM / nn.GRU (``allow_rnn``; else it leaves them to eager and no partitioner
+    sees them)."""
     import torch._dynamo
+    from torch.utils._pytree import tree_map_only
 
     model, inputs, loss_fn = build(name)
+    if device is not None and device.type != "cpu":
+        model.to(device)
+        # Tensors kept as plain attributes (constants in the graph, not parameters or
+        # buffers, which .to() moves) go along too.
+        for mod in model.modules():
+            for attr, value in list(vars(mod).items()):
+                if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                    setattr(mod, attr, value.to(device))
+        inputs = tree_map_only(torch.Tensor, lambda t: t.detach().to(device).requires_grad_(t.requires_grad), inputs)
     if name.endswith("_dynamic"):
         for x in inputs:
             torch._dynamo.mark_dynamic(x, 1)
@@ -240,20 +251,7 @@ def _train_step(name: str, compiler: str | None, options: dict, fxremat: bool, f
     import torch._dynamo
     from torch.utils._pytree import tree_map_only
 
-    step, inputs, _ = loss_step(name)
-    device = DEVICE["value"]
-    if device.type != "cpu":
-        step.to(device)
-        # Tensors kept as plain attributes (constants in the graph, not parameters or
-        # buffers, which .to() moves) go along too.
-        for mod in step.modules():
-            for attr, value in list(vars(mod).items()):
-                if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
-                    setattr(mod, attr, value.to(device))
-        inputs = tree_map_only(torch.Tensor, lambda t: t.detach().to(device).requires_grad_(t.requires_grad), inputs)
-        if name.endswith("_dynamic"):
-            for x in inputs:
-                torch._dynamo.mark_dynamic(x, 1)
+    step, inputs, _ = loss_step(name, DEVICE["value"])
     if fp64:
         step.double()
         inputs = tree_map_only(torch.Tensor, lambda t: t.detach().double().requires_grad_(t.requires_grad)
@@ -377,12 +375,20 @@ def _compiler_numerics(name: str, compiler: str, options: dict, got, reference, 
             f"compiler's numerics; {fp64}); {tail}")
 
 
+# Per model: why its eager step fails on --device ("" when it runs), found once.
+_EAGER_ON_DEVICE: dict[str, str] = {}
+
+
 def check(name: str, compiler: str, options: dict) -> str:
     if DEVICE["value"].type != "cpu":
-        try:
-            _train_step(name, None, {}, fxremat=False)
-        except Exception as e:  # noqa: BLE001 - the model itself does not run there
-            raise EagerFailsOnDevice(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}") from e
+        if name not in _EAGER_ON_DEVICE:
+            try:
+                _train_step(name, None, {}, fxremat=False)
+                _EAGER_ON_DEVICE[name] = ""
+            except Exception as e:  # noqa: BLE001 - the model itself does not run there
+                _EAGER_ON_DEVICE[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        if _EAGER_ON_DEVICE[name]:
+            raise EagerFailsOnDevice(_EAGER_ON_DEVICE[name])
     got = _train_step(name, compiler, options, fxremat=True)
     import fxremat
 
