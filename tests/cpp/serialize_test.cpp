@@ -579,6 +579,19 @@ TEST_CASE("gzip files: several members, trailing bytes and truncation read as zl
     REQUIRE(g.ok());
     CHECK(GraphToJson(**g) == GraphToJson(**expected));
   }
+  // Note [Implausible gzip lengths]: bytes after the stream whose last four
+  // read as a length of 4 GiB - 1: the file reads as before, into a buffer
+  // sized by what it inflates to, not by the length it claims.
+  {
+    const std::string claims_4gib = gzip("claims_4gib.json.gz", {all}, std::string(4, '\xff'));
+    auto read = ReadFileContents(claims_4gib);
+    REQUIRE(read.ok());
+    CHECK(*read == *text);
+    CHECK(read->capacity() < (size_t{64} << 20));
+    auto g = LoadGraphFile(claims_4gib);
+    REQUIRE(g.ok());
+    CHECK(GraphToJson(**g) == GraphToJson(**expected));
+  }
   // Truncated: the last 10 bytes (part of the trailer) cut off.
   std::string bytes;
   {
