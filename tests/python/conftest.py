@@ -7,6 +7,7 @@ on ``sys.path``.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,12 @@ except ImportError:  # not installed: use the source tree
     sys.path.insert(0, str(REPO / "python"))
 
 import torch  # noqa: E402,F401  (a missing torch is a set-up failure, not a skip)
+
+# `make test` runs the suite on pytest-xdist workers, one a core: each worker's torch
+# then computes on one thread, so the workers do not oversubscribe the cores (two
+# workers of two OpenMP threads each on two cores spin against each other).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 TESTDATA = REPO / "testdata"
 
