@@ -26,6 +26,7 @@ Not part of ``make test`` (it takes about 40 minutes); tests/python holds the sm
 from __future__ import annotations
 
 import argparse
+import json
 import copy
 import sys
 import time
@@ -444,7 +445,20 @@ def parse_config(spec: str) -> tuple[str, dict]:
         return f"budget {float(value)}", {"activation_memory_budget": float(value)}
     if key == "policy" and value:
         return value, {"policy": value}
-    raise SystemExit(f"--configs: unknown entry {spec!r} (min_cut, budget=F, policy=NAME)")
+    if spec.startswith("options:") and len(spec) > len("options:"):
+        # Any backend options, 'options:NAME=VALUE;NAME=VALUE' (a VALUE that reads as
+        # JSON, such as 0.5 or true, is that value; any other is a string).
+        options = {}
+        for item in spec[len("options:"):].split(";"):
+            name, equals, text = item.partition("=")
+            if not name or not equals:
+                raise SystemExit(f"--configs: {item!r} in {spec!r} is not NAME=VALUE")
+            try:
+                options[name] = json.loads(text)
+            except json.JSONDecodeError:
+                options[name] = text
+        return " ".join(f"{k}={v}" for k, v in options.items()), options
+    raise SystemExit(f"--configs: unknown entry {spec!r} (min_cut, budget=F, policy=NAME, options:NAME=VALUE;...)")
 
 
 def main() -> int:
@@ -455,7 +469,8 @@ def main() -> int:
     ap.add_argument("--configs", default="",
                     help="comma-separated partitions to check instead of the min cut and --budget: 'min_cut', "
                          "'budget=F' (activation_memory_budget), 'policy=NAME' (a jax.checkpoint_policies name, "
-                         "e.g. dots_saveable, offload_dot_with_no_batch_dims)")
+                         "e.g. dots_saveable, offload_dot_with_no_batch_dims), 'options:NAME=VALUE;NAME=VALUE' (any "
+                         "backend options, e.g. options:activation_memory_budget=0.1;recompute_views=true)")
     ap.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
     ap.add_argument("--deadline-s", type=float, default=0.0,
                     help="start no model after this many seconds (0: no limit); a lent GPU's time is short")
