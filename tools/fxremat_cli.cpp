@@ -13,6 +13,7 @@
 #include <functional>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <exception>
 #include <string>
 #include <system_error>
@@ -509,6 +510,50 @@ int RunResiduals(const std::string& path, const PartitionFlags& flags) {
   return kExitOk;
 }
 
+// Files at paths of their own (pareto's -o and --plot), written all or none:
+// each destination must be absent or a regular file, and no two the same;
+// each is written beside its destination first, and only once all are
+// written are they renamed into place (a failure removes what was staged, and
+// the destinations are as they were).
+Status CheckSeparateDestinations(const std::vector<std::string>& paths) {
+  std::error_code ec;
+  std::set<fs::path> destinations;
+  for (const std::string& file : paths) {
+    const fs::file_status st = fs::symlink_status(file, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st))
+      return Status::BadInput("exists and is not a regular file; nothing was written", file);
+    if (!destinations.insert(fs::weakly_canonical(fs::absolute(file), ec)).second)
+      return Status::BadInput("named for two outputs; nothing was written", file);
+  }
+  return Status::Ok();
+}
+Status WriteFilesTogether(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::error_code ec;
+  std::vector<std::string> paths;
+  for (const auto& [file, text] : files) paths.push_back(file);
+  FXREMAT_RETURN_IF_ERROR(CheckSeparateDestinations(paths));
+  std::vector<std::string> staged;
+  auto remove_staged = [&] {
+    for (const std::string& tmp : staged) fs::remove(tmp, ec);
+  };
+  for (const auto& [file, text] : files) {
+    const std::string tmp = fmt::format("{}.fxremat-staging.{}", file, static_cast<long>(::getpid()));
+    if (Status st = WriteFileAtomically(tmp, text); !st.ok()) {
+      remove_staged();
+      return Status::BadInput("cannot write file; nothing was written", file);
+    }
+    staged.push_back(tmp);
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    fs::rename(staged[i], files[i].first, ec);
+    if (ec) {
+      remove_staged();
+      return Status::BadInput("cannot write file", files[i].first);
+    }
+  }
+  return Status::Ok();
+}
+
 // The front as JSON (one object per point, the solver's candidates first).
 std::string FrontToJson(const std::vector<FrontPoint>& front, const std::string& graph) {
   std::string out = fmt::format("{{\n  \"format\": \"fxremat.front\",\n  \"graph\": \"{}\",\n  \"points\": [", graph);
@@ -556,6 +601,11 @@ int RunPareto(const std::string& path, const PartitionFlags& flags, int points, 
               const std::string& plot) {
   auto request = flags.Request();
   if (!request.ok()) return Fail(request.status());
+  // The destinations are checked before the solve as well as after it.
+  std::vector<std::string> destinations;
+  for (const std::string& file : {out, plot})
+    if (!file.empty()) destinations.push_back(file);
+  if (Status st = CheckSeparateDestinations(destinations); !st.ok()) return Fail(st);
   auto graph = LoadForWork(path);
   if (!graph.ok()) return Fail(graph.status());
   if ((*graph)->kind() != GraphKind::kJoint)
@@ -569,11 +619,8 @@ int RunPareto(const std::string& path, const PartitionFlags& flags, int points, 
   std::vector<std::pair<std::string, std::string>> files;
   if (!out.empty()) files.emplace_back(out, FrontToJson(*front, name));
   if (!plot.empty()) files.emplace_back(plot, FrontToSvg(*front, name));
-  for (const auto& [file, text] : files) {
-    Status st = WriteFileAtomically(file, text);
-    if (!st.ok()) return Fail(st);
-    std::cout << "wrote " << file << "\n";
-  }
+  if (Status st = WriteFilesTogether(files); !st.ok()) return Fail(st);
+  for (const auto& [file, text] : files) std::cout << "wrote " << file << "\n";
   return kExitOk;
 }
 
