@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 namespace fxremat {
 
 namespace {
@@ -87,7 +89,8 @@ Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_v
     SafetensorsEntry entry;
     entry.dtype = e["dtype"].get<std::string>();
     for (const auto& d : e["shape"]) {
-      if (!d.is_number_unsigned()) return Status::BadInput("shape entries must be non-negative integers", where);
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return Status::BadInput("shape entries must be non-negative 64-bit integers", where);
       entry.shape.push_back(d.get<int64_t>());
     }
     const auto& off = e["data_offsets"];

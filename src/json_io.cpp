@@ -31,6 +31,7 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
 #ifdef FXREMAT_HAVE_LIBDEFLATE
@@ -1480,7 +1481,15 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
       const Dim& d = v.tensor.shape[i];
       if (!d.is_static()) return Fail(JsonPath(shape_path, i), "a constant's shape is static");
       if (d.hint < 0) return Fail(JsonPath(shape_path, i), "negative dimension");
-      if (d.hint != 0 && expected > std::numeric_limits<int64_t>::max() / d.hint)
+    }
+    // A zero anywhere makes the tensor empty, whatever the order of its dims.
+    const bool empty = std::any_of(v.tensor.shape.begin(), v.tensor.shape.end(), [](const Dim& d) { return d.hint == 0; });
+    for (const Dim& d : v.tensor.shape) {
+      if (empty) {
+        expected = 0;
+        break;
+      }
+      if (expected > std::numeric_limits<int64_t>::max() / d.hint)
         return Fail(shape_path, "the tensor's size overflows 64 bits");
       expected *= d.hint;
     }
@@ -1508,6 +1517,11 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
       if (e->dtype != SafetensorsDType(c.facts.dtype))
         return Fail(JsonPath(path, "file"), fmt::format("the sidecar holds {} data for a {} tensor", e->dtype,
                                                         DTypeName(c.facts.dtype)));
+      std::vector<int64_t> shape;
+      for (const Dim& d : c.facts.shape) shape.push_back(d.hint);
+      if (e->shape != shape)
+        return Fail(JsonPath(path, "file"), fmt::format("the sidecar's shape [{}] is not the tensor's [{}]",
+                                                        fmt::join(e->shape, ", "), fmt::join(shape, ", ")));
       if (static_cast<int64_t>(e->data.size()) != expected)
         return Fail(JsonPath(path, "file"), fmt::format("the sidecar holds {} bytes for a tensor of {} bytes",
                                                         e->data.size(), expected));

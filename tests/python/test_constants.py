@@ -145,6 +145,24 @@ def test_missing_sidecar_is_a_located_error(big_joint, tmp_path, repo_root):
     assert r.returncode == 2 and "big.constants.safetensors" in r.stderr, r.stderr
 
 
+def test_sidecar_of_another_shape_is_a_located_error(big_joint, tmp_path, repo_root):
+    """The sidecar's header must give the constant's shape, not only its dtype and
+    byte count (docs/format.md): the same bytes stored as 210 x 40 for a constant of
+    8400 values are refused by the C++ reader and by fxremat.load."""
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path / "big.json.gz"
+    big_joint.save(path)
+    sidecar = tmp_path / "big.constants.safetensors"
+    tensors = load_file(str(sidecar))
+    save_file({k: v.reshape(210, 40).contiguous() for k, v in tensors.items()}, str(sidecar))
+    r = subprocess.run([str(repo_root / "build" / "fxremat"), "inspect", str(path)], capture_output=True, text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "/file: the sidecar's shape [210, 40] is not the tensor's [8400]" in r.stderr, r.stderr
+    with pytest.raises(fxremat.FormatError, match=r"shape"):
+        fxremat.load(path)
+
+
 def test_non_tensor_constant_only_by_reference():
     import torch.fx as fx
 
