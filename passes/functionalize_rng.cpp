@@ -91,8 +91,26 @@ Expected<bool> FunctionalizeRng(Partition& p) {
   auto first_unchecked = std::find_if(sig.saved.begin(), sig.saved.end(), [](const SavedValue& s) {
     return s.kind != SavedValue::Kind::kTensor || s.no_vc_check;
   });
-  size_t insert_at = static_cast<size_t>(first_unchecked - sig.saved.begin());
-  int64_t num_syms = sig.savedSymInts();
+  const size_t insert_at = static_cast<size_t>(first_unchecked - sig.saved.begin());
+  const int64_t num_syms = sig.savedSymInts();
+
+  // Every state goes to the same place: the forward's outputs, the backward's
+  // inputs and the saved values each take them in order at one position, so
+  // they are gathered here and inserted once at the end (one at a time, each
+  // insertion copied the whole output list, placeholder list and saved list:
+  // 8,000 random ops took 17 s).
+  std::vector<Argument> state_outputs;
+  std::vector<SavedValue> state_values;
+  Node* bw_before = nullptr;  // the backward input the states go before
+  {
+    const std::vector<Node*> inputs = bw.placeholders();
+    const size_t in_pos = static_cast<size_t>(num_syms) + insert_at;
+    if (in_pos < inputs.size()) bw_before = inputs[in_pos];
+    else
+      for (const auto& up : bw.nodes())
+        if (!up->isPlaceholder()) { bw_before = up.get(); break; }
+  }
+  UniqueNames run_names(fw, "run_and_save_rng_state");
 
   for (auto [f, b] : pairs) {
     const std::string device = RandomOpDevice(*f);
@@ -103,8 +121,8 @@ Expected<bool> FunctionalizeRng(Partition& p) {
     // Forward: (state, result) = run_and_save_rng_state(op, *args); the result
     // takes over the op's name and uses.
     WrappedCall call = WithOp({}, *f);
-    Node* run = fw.createNodeBefore(f, OpKind::kCallFunction, fw.uniqueName("run_and_save_rng_state"), kRunAndSave,
-                                    std::move(call.args), std::move(call.kwargs));
+    Node* run = fw.createNodeBefore(f, OpKind::kCallFunction, run_names.next(), kRunAndSave, std::move(call.args),
+                                    std::move(call.kwargs));
     run->val().kind = ValueFacts::Kind::kTuple;
     run->val().items = {state_facts, f->val()};
     run->meta().stack_trace = f->meta().stack_trace;
@@ -112,23 +130,12 @@ Expected<bool> FunctionalizeRng(Partition& p) {
                                       {Argument::NodeRef(run), Argument::Int(0)});
     state->val() = state_facts;
     Node* result = ReplaceNode(fw, f, f, "_operator.getitem", {Argument::NodeRef(run), Argument::Int(1)}, {});
-
     // The state is a forward output among the saved tensors.
-    Node* fw_output = fw.outputNode();
-    std::vector<Argument> outputs = fw_output->args()[0].list;
-    const size_t out_pos = static_cast<size_t>(sig.num_fwd_outputs) + insert_at;
-    outputs.insert(outputs.begin() + static_cast<std::ptrdiff_t>(out_pos), Argument::NodeRef(state));
-    fw.setInputs(fw_output, {Argument::List(std::move(outputs))});
+    state_outputs.push_back(Argument::NodeRef(state));
 
     // Backward: the state is an input after the saved tensors before it; the
     // recomputation runs under it.
-    const std::vector<Node*> inputs = bw.placeholders();
-    const size_t in_pos = static_cast<size_t>(num_syms) + insert_at;
-    Node* before = in_pos < inputs.size() ? inputs[in_pos] : nullptr;
-    if (!before)
-      for (const auto& up : bw.nodes())
-        if (!up->isPlaceholder()) { before = up.get(); break; }
-    Node* state_in = bw.createNodeBefore(before, OpKind::kPlaceholder, state_name, state_name);
+    Node* state_in = bw.createNodeBefore(bw_before, OpKind::kPlaceholder, state_name, state_name);
     state_in->setRole(PlaceholderRole::kSaved);
     state_in->val() = state_facts;
     WrappedCall replay = WithOp({Argument::NodeRef(state_in)}, *b);
@@ -142,8 +149,17 @@ Expected<bool> FunctionalizeRng(Partition& p) {
     v.origin_location = OriginLocation(result->meta().stack_trace);
     v.facts = state_facts;
     v.bytes = state_facts.nbytes();
-    sig.saved.insert(sig.saved.begin() + static_cast<std::ptrdiff_t>(insert_at), std::move(v));
-    ++insert_at;
+    state_values.push_back(std::move(v));
+  }
+  {
+    Node* fw_output = fw.outputNode();
+    std::vector<Argument> outputs = fw_output->args()[0].list;
+    const size_t out_pos = static_cast<size_t>(sig.num_fwd_outputs) + insert_at;
+    outputs.insert(outputs.begin() + static_cast<std::ptrdiff_t>(out_pos), std::make_move_iterator(state_outputs.begin()),
+                   std::make_move_iterator(state_outputs.end()));
+    fw.setInputs(fw_output, {Argument::List(std::move(outputs))});
+    sig.saved.insert(sig.saved.begin() + static_cast<std::ptrdiff_t>(insert_at),
+                     std::make_move_iterator(state_values.begin()), std::make_move_iterator(state_values.end()));
   }
 
   // Every position after the insertions, read back from the graphs.

@@ -97,6 +97,7 @@ Expected<bool> InsertBarriers(Partition& p) {
         r.inputs.push_back(input);
   }
   bool changed = false;
+  UniqueNames barrier_names(bw, "optimization_barrier");
   for (Region& r : regions) {
     if (r.inputs.empty()) continue;
     if (!changed) EnsureOpFacts(bw, kBarrier, "xla::optimization_barrier(Tensor[] tensors) -> Tensor[]", {});
@@ -115,7 +116,7 @@ Expected<bool> InsertBarriers(Partition& p) {
       list.push_back(Argument::NodeRef(input));
       facts.items.push_back(input->val());
     }
-    Node* barrier = bw.createNodeBefore(first, OpKind::kCallFunction, bw.uniqueName("optimization_barrier"), kBarrier,
+    Node* barrier = bw.createNodeBefore(first, OpKind::kCallFunction, barrier_names.next(), kBarrier,
                                         {Argument::List(std::move(list))});
     barrier->val() = facts;
     std::vector<Node*> results;

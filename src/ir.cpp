@@ -496,6 +496,16 @@ std::string Graph::uniqueName(std::string_view base) const {
   return candidate;
 }
 
+std::string UniqueNames::next() {
+  for (;; ++suffix_) {
+    std::string name = suffix_ == 0 ? base_ : fmt::format("{}_{}", base_, suffix_);
+    if (!graph_.findNode(name)) {
+      ++suffix_;
+      return name;
+    }
+  }
+}
+
 Status Graph::reorderNodes(const std::vector<Node*>& order) {
   if (order.size() != nodes_.size())
     return Status::Internal(fmt::format("reorderNodes: {} nodes for a graph of {}", order.size(), nodes_.size()));

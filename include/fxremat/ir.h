@@ -662,6 +662,22 @@ class Graph {
   mutable bool names_indexed_ = false;
 };
 
+// The names Graph::uniqueName(base) gives, one after another, for a pass that
+// creates many nodes of one base name: each suffix is probed once, where each
+// uniqueName call probes base, base_1, ... from the first (the k-th of a run
+// of calls k taken names). The names are uniqueName's as long as the pass
+// frees none of them meanwhile.
+class UniqueNames {
+ public:
+  UniqueNames(const Graph& graph, std::string base) : graph_(graph), base_(std::move(base)) {}
+  std::string next();
+
+ private:
+  const Graph& graph_;
+  std::string base_;
+  int suffix_ = 0;  // the next suffix to probe; 0 is the base itself
+};
+
 constexpr size_t Graph::NodeChunkBytes() { return kNodesPerChunk * sizeof(Node); }
 
 // Note [Higher-order ops]

@@ -64,6 +64,24 @@ TEST_CASE("uniqueName follows FX's base, base_1, base_2 scheme") {
   REQUIRE(g.uniqueName("sin") == "sin");
 }
 
+TEST_CASE("UniqueNames gives the names successive uniqueName calls give, each suffix probed once") {
+  Graph g;
+  g.createNode(OpKind::kPlaceholder, "barrier", "barrier");
+  g.createNode(OpKind::kPlaceholder, "barrier_2", "barrier_2");
+  UniqueNames names(g, "barrier");
+  std::vector<std::string> got, want;
+  for (int i = 0; i < 4; ++i) {
+    want.push_back(g.uniqueName("barrier"));
+    got.push_back(names.next());
+    REQUIRE(got.back() == want.back());
+    g.createNode(OpKind::kPlaceholder, got.back(), got.back());
+  }
+  CHECK(got == std::vector<std::string>{"barrier_1", "barrier_3", "barrier_4", "barrier_5"});
+  UniqueNames fresh(g, "other");
+  CHECK(fresh.next() == "other");
+  CHECK(fresh.next() == "other_1");  // nothing created meanwhile: still a new name each call
+}
+
 TEST_CASE("VerifyGraph names the problem") {
   SECTION("missing output") {
     Graph g;
