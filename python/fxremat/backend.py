@@ -13,7 +13,8 @@ and hands the forward and backward graphs to a compiler:
 - ``"inductor"`` (default): Inductor's whole pipeline (its decompositions and
   joint-graph passes, then fxremat's partition through Inductor's
   ``custom_partitioner_fn`` hook, then Inductor's code generation). ``mode`` is passed
-  on as Inductor's mode options.
+  on as Inductor's mode options; ``torch.compile`` refuses ``mode=`` and ``options=``
+  together, so with options the mode goes in them (``"mode"`` below).
 - ``"aot_eager"``: AOTAutograd without decompositions; the two graphs run as plain
   Python ``GraphModule`` code (PyTorch's ``boxed_nop``), as the ``aot_eager`` backend.
 - ``"eager"``: as ``aot_eager``, but the graphs run node by node through
@@ -23,6 +24,8 @@ Options (``options={...}``), all optional:
 
 ==========================  =============================================================
 ``compiler``                ``"inductor"`` | ``"aot_eager"`` | ``"eager"``
+``mode``                    the Inductor compiler's mode, as ``torch.compile``'s
+                            ``mode=`` (``"max-autotune-no-cudagraphs"``, ...)
 ``partitioner``             ``"mincut"`` (default) | ``"default"``
 ``policy``                  a checkpoint policy: a ``fxremat.policies`` object, its text
                             form (``"save_only_these_names:a,b"``) or JSON form
@@ -87,7 +90,7 @@ from typing import Any, Sequence
 from ._partition_fn import MINCUT_OPTIONS, check_partitioner, partition_fn
 
 COMPILERS = ("inductor", "aot_eager", "eager")
-BACKEND_OPTIONS = ("compiler", "partitioner", "policy", "offload_target", "barrier", "keep_annotations", "dump_dir",
+BACKEND_OPTIONS = ("compiler", "mode", "partitioner", "policy", "offload_target", "barrier", "keep_annotations", "dump_dir",
                    "dump", "fallback", "pareto_dir")
 
 
@@ -100,6 +103,7 @@ def _path_option(name: str, value: Any) -> str | None:
 @dataclass
 class BackendOptions:
     compiler: str = "inductor"
+    mode: str | None = None
     partitioner: str = "mincut"
     policy: Any = None
     offload_target: str = "torch"
@@ -123,6 +127,15 @@ class BackendOptions:
         o.compiler = options.pop("compiler", o.compiler)
         if o.compiler not in COMPILERS:
             raise ValueError(f"fxremat backend: unknown compiler {o.compiler!r} (available: {', '.join(COMPILERS)})")
+        o.mode = options.pop("mode", None)
+        if o.mode is not None:
+            import torch._inductor
+
+            modes = torch._inductor.list_mode_options()
+            if o.compiler != "inductor":
+                raise ValueError(f"fxremat backend: mode {o.mode!r} is the inductor compiler's; compiler is {o.compiler!r}")
+            if o.mode not in modes:
+                raise ValueError(f"fxremat backend: unknown mode {o.mode!r} (available: {', '.join(modes)})")
         o.partitioner = options.pop("partitioner", o.partitioner)
         o.policy = options.pop("policy", None)
         o.offload_target = options.pop("offload_target", "torch")
@@ -204,6 +217,7 @@ def fxremat_backend(gm, example_inputs: Sequence[Any], *, options: dict | None =
     import torch
 
     o = BackendOptions.parse(options)
+    mode = o.mode if o.mode is not None else mode
     pf = partition_fn(o.partitioner, o.mincut, policy=o.policy, offload_target=o.offload_target, barrier=o.barrier,
                       keep_annotations=o.keep_annotations, dump_dir=o.dump_dir, fallback=o.fallback,
                       pareto_dir=o.pareto_dir)

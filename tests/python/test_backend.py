@@ -186,6 +186,8 @@ def test_dump_dir_writes_graphs_signature_and_residual_report(tmp_path):
         ({"compiler": "tvm"}, ValueError, "unknown compiler 'tvm'"),
         ({"recompute_view": True}, ValueError, r"unknown option\(s\) \['recompute_view'\]"),
         ({"partitioner": "default", "recompute_views": True}, ValueError, "do not apply to partitioner 'default'"),
+        ({"mode": "fastest"}, ValueError, "unknown mode 'fastest'"),
+        ({"compiler": "aot_eager", "mode": "max-autotune"}, ValueError, "is the inductor compiler's"),
     ],
 )
 def test_options_are_checked(options, error, match):
@@ -197,6 +199,28 @@ def test_errors_reach_the_user_through_torch_compile():
     c = torch.compile(_mlp(), backend="fxremat", options={"policy": "everything"})
     with pytest.raises(Exception, match="unknown policy 'everything'"):
         c(torch.randn(2, 16))
+
+
+def test_mode_goes_in_the_options_with_other_options(monkeypatch, fresh_compile_state):
+    """torch.compile refuses mode= beside options=: options={"mode": ...} gives Inductor
+    the mode's settings together with fxremat's options."""
+    import torch._inductor.compile_fx as inductor_compile
+
+    with pytest.raises(RuntimeError, match="Either mode or options"):
+        torch.compile(_mlp(), backend="fxremat", mode="max-autotune-no-cudagraphs", options={"cse": True})
+    seen = []
+    real = inductor_compile.compile_fx
+
+    def recording(gm, example_inputs, config_patches=None, **kw):
+        seen.append(dict(config_patches or {}))
+        return real(gm, example_inputs, config_patches=config_patches, **kw)
+
+    monkeypatch.setattr(inductor_compile, "compile_fx", recording)
+    _compare_step(_mlp(), {"mode": "max-autotune-no-cudagraphs", "activation_memory_budget": 0.5})
+    want = torch._inductor.list_mode_options("max-autotune-no-cudagraphs")
+    # the backend's call (compile_fx calls itself again once its patches are in force)
+    assert seen and seen[0].items() >= want.items() and "custom_partitioner_fn" in seen[0]
+    assert partition_records()
 
 
 def test_mincut_options_are_passed_through():
