@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/partition.h"
-#include "passes/default_partition.h"
+#include "fxremat/pipeline.h"
 
 namespace fxremat {
 
@@ -55,8 +55,13 @@ Expected<std::string> InspectGraph(const Graph& graph) {
   for (Node* g : c.backward_outputs) primals_with_grad += g != nullptr;
   out += fmt::format("  primals: {} ({} with gradients), {}\n", c.primals.size(), primals_with_grad, Bytes(primal_bytes));
   out += fmt::format("  forward outputs: {}, tangents: {}\n", c.forward_outputs.size(), c.tangents.size());
-  FXREMAT_ASSIGN_OR_RETURN(std::vector<Node*> saved, ChooseDefaultSavedValues(graph));
-  FXREMAT_ASSIGN_OR_RETURN(Partition p, ExtractPartition(graph, saved, "default"));
+  // The partition `fxremat partition --partitioner default` emits, by the same
+  // pipeline (its extraction alone refused joints the pipeline partitions, such
+  // as a random op tagged MUST_RECOMPUTE, whose tag the pipeline clears).
+  PartitionRequest request;
+  request.partitioner = "default";
+  request.simulate_peak = false;
+  FXREMAT_ASSIGN_OR_RETURN(Partition p, RunPartition(graph, request));
   int64_t activation = 0, from_primals = 0;
   for (const SavedValue& s : p.signature.saved) {
     const Node* n = graph.findNode(s.name);

@@ -144,3 +144,24 @@ def test_text_form_through_the_extension():
     text = fxremat.to_text(testdata.path_of("sin_mm"))
     assert text.startswith("# fxremat.graph v1 kind=joint name='sin_mm'")
     assert "def forward(self, primals_1: \"f32[4, 4][4, 1]cpu rg" in text
+
+
+@pytest.mark.parametrize("name", ["simple_mlp_ckpt", "name_tensor", "gpt2_2l"])
+def test_inspect_reports_the_default_partition_the_cli_emits(name, repo_root, tmp_path):
+    """`inspect`'s "saved for backward (default partition)" is what `partition
+    --partitioner default` saves: the same pipeline (inspect's own extraction refused
+    simple_mlp_ckpt, whose recompute tags the pipeline clears, and counted the
+    name_tensor annotation's output where the emitted graphs save the input)."""
+    import re
+
+    cli = str(repo_root / "build" / "fxremat")
+    graph = str(repo_root / "testdata" / f"{name}.json.gz")
+    r = subprocess.run([cli, "inspect", graph], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"saved for backward \(default partition\): (\d+) values, (\d+) B", r.stdout)
+    assert m, r.stdout
+    r = subprocess.run([cli, "partition", "--partitioner", "default", graph, "-o", str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    saved = json.loads((tmp_path / "out" / "signature.json").read_text())["saved"]
+    assert (len(saved), sum(s["bytes"] for s in saved)) == (int(m.group(1)), int(m.group(2)))
