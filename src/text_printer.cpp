@@ -1,6 +1,7 @@
 // Prints a Graph in the IR text form (text.h): FX's graph.code layout, with the
 // joint facts, op facts and placeholder facts in `#` header lines and node
 // metadata in a trailing comment. text_parser.cpp reads exactly this back.
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -145,6 +146,19 @@ std::string FormatCall(const Node& n) {
 
 std::string FormatValueFacts(const ValueFacts& facts) { return FormatFacts(facts, nullptr); }
 
+// A facts annotation as a string literal: in double quotes, as FX prints
+// them, when nothing in it needs escaping; otherwise as QuotePython quotes it
+// (a Const holding a JSON string has quotes of its own), which the lexer reads
+// back the same.
+namespace {
+std::string QuoteFacts(const std::string& facts) {
+  const bool plain = std::none_of(facts.begin(), facts.end(), [](char c) {
+    return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  return plain ? "\"" + facts + "\"" : text_form::QuotePython(facts);
+}
+}  // namespace
+
 std::string PrintGraph(const Graph& graph) {
   std::string out;
   // Header: graph facts.
@@ -177,7 +191,7 @@ std::string PrintGraph(const Graph& graph) {
     ValueFacts v;
     v.kind = ValueFacts::Kind::kTensor;
     v.tensor = c.facts;
-    out += fmt::format("# constant {} \"{}\" {}\n", target, FormatFacts(v, &graph),
+    out += fmt::format("# constant {} {} {}\n", target, QuoteFacts(FormatFacts(v, &graph)),
                        c.hasData() ? "data=" + text_form::QuotePython(Base64Encode(*c.data)) : "by_reference");
   }
   // Note [Higher-order ops]: each subgraph is a graph of its own text between
@@ -193,7 +207,7 @@ std::string PrintGraph(const Graph& graph) {
     if (!meta.empty()) line += " " + meta;
     out += line + "\n";
     std::string facts = FormatFacts(p->val(), &graph);
-    params.push_back(facts.empty() ? p->name() : fmt::format("{}: \"{}\"", p->name(), facts));
+    params.push_back(facts.empty() ? p->name() : fmt::format("{}: {}", p->name(), QuoteFacts(facts)));
   }
   out += fmt::format("def forward(self{}{}):\n", params.empty() ? "" : ", ", fmt::join(params, ", "));
   for (const auto& up : graph.nodes()) {
@@ -211,7 +225,7 @@ std::string PrintGraph(const Graph& graph) {
       continue;
     }
     std::string facts = FormatFacts(n.val(), &graph);
-    std::string lhs = facts.empty() ? n.name() : fmt::format("{}: \"{}\"", n.name(), facts);
+    std::string lhs = facts.empty() ? n.name() : fmt::format("{}: {}", n.name(), QuoteFacts(facts));
     std::string rhs = n.op() == OpKind::kGetAttr ? "self." + n.target() : FormatCall(n);
     std::string meta = FormatMeta(n.meta());
     out += fmt::format("    {} = {}{}\n", lhs, rhs, meta.empty() ? "" : "  # " + meta);

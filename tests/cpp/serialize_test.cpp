@@ -50,6 +50,32 @@ TEST_CASE("every testdata graph round-trips through JSON and text") {
   }
 }
 
+// A placeholder whose facts are a constant string (its JSON text has quotes of
+// its own, and here a backslash and a newline): the annotation is quoted with
+// escapes, and the text reads back as the same graph.
+TEST_CASE("a string constant's facts round-trip through the text form") {
+  auto graph = LoadGraphFile(std::string(FXREMAT_SOURCE_DIR) + "/testdata/sin_mm.json.gz");
+  REQUIRE(graph.ok());
+  nlohmann::json doc = nlohmann::json::parse(GraphToJson(**graph));
+  bool changed = false;
+  for (auto& node : doc["nodes"])
+    if (node["name"] == "primals_2") {
+      node["meta"]["val"] = {{"kind", "const"}, {"value", "he said \"hi\" \\ then\nleft"}};
+      changed = true;
+    }
+  REQUIRE(changed);
+  auto with_const = GraphFromJson(doc.dump());
+  INFO(with_const.status().ToString());
+  REQUIRE(with_const.ok());
+  const std::string text = PrintGraph(**with_const);
+  auto parsed = ParseGraph(text);
+  INFO(text);
+  INFO(parsed.status().ToString());
+  REQUIRE(parsed.ok());
+  CHECK(PrintGraph(**parsed) == text);
+  CHECK(GraphToJson(**parsed) == GraphToJson(**with_const));
+}
+
 // Note [Reading nodes on two threads]: FXREMAT_READ_TWO_THREADS_FROM sets the
 // node count from which a document is read on two threads.
 struct ReadThreadsFrom {
