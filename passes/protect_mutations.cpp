@@ -16,13 +16,18 @@ namespace fxremat {
 
 namespace {
 
+// The node a view reads (its first node argument), or null.
+const Node* ViewBase(const Node* view) {
+  for (const Argument& a : view->args())
+    if (a.is_node()) return a.node;
+  return nullptr;
+}
+
 // The node whose storage `n` aliases: follows view ops back to their first
 // tensor argument.
 const Node* AliasRoot(const Node* n) {
   while (IsViewOp(*n)) {
-    const Node* base = nullptr;
-    for (const Argument& a : n->args())
-      if (a.is_node()) { base = a.node; break; }
+    const Node* base = ViewBase(n);
     if (!base) break;
     n = base;
   }
@@ -164,7 +169,9 @@ int64_t LastWriteOf(const Graph& joint, const JointClassification& c, const Node
   std::vector<const Node*> aliases{&root};
   for (size_t i = 0; i < aliases.size(); ++i) {
     for (const Node* u : aliases[i]->users()) {
-      if (u->isCallFunction() && !InBackward(c, *u) && IsViewOp(*u) && AliasRoot(u) == &root) aliases.push_back(u);
+      // A view whose base (its first node argument) is an alias of root: walking
+      // its chain back with AliasRoot instead made a chain of n views n^2.
+      if (u->isCallFunction() && !InBackward(c, *u) && IsViewOp(*u) && ViewBase(u) == aliases[i]) aliases.push_back(u);
       ForEachForwardWrite(c, *u, [&](const Node* written_root) {
         if (written_root == &root) last = std::max<int64_t>(last, static_cast<int64_t>(u->index()));
       });
@@ -178,6 +185,25 @@ Status SnapshotSavedMutatedData(const Graph& joint, const JointClassification& c
   // Only the joint graph's nodes and c are read (no name look-ups there): the
   // budget solver's threads extract from one joint graph at once.
   std::unordered_map<const Node*, int64_t> last_write;  // by alias root
+  // AliasRoot of each view met, so that many saved views of one chain walk it
+  // once (each walking it back to the root made n saved views of a chain n^2).
+  std::unordered_map<const Node*, const Node*> root_of;
+  auto alias_root = [&root_of](const Node* value) {
+    std::vector<const Node*> path;
+    const Node* n = value;
+    while (IsViewOp(*n)) {
+      if (auto known = root_of.find(n); known != root_of.end()) {
+        n = known->second;
+        break;
+      }
+      const Node* base = ViewBase(n);
+      if (!base) break;
+      path.push_back(n);
+      n = base;
+    }
+    for (const Node* v : path) root_of.emplace(v, n);
+    return n;
+  };
   Graph& fw = *p.forward;
   Graph& bw = *p.backward;
   Node* const fw_output = fw.outputNode();
@@ -190,7 +216,7 @@ Status SnapshotSavedMutatedData(const Graph& joint, const JointClassification& c
     if (k < 0 || k >= static_cast<int64_t>(saved_tensors.size())) continue;
     const Node* value = saved_tensors[static_cast<size_t>(k)];
     if (value->name() != s.name || !value->val().is_tensor()) continue;
-    const Node* root = AliasRoot(value);
+    const Node* root = alias_root(value);
     auto [at_root, added] = last_write.try_emplace(root, 0);
     if (added) at_root->second = LastWriteOf(joint, c, *root);
     const int64_t write = at_root->second;
