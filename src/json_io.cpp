@@ -3018,7 +3018,7 @@ Expected<std::string> ReadFileContents(const std::string& path, const std::funct
       // a byte is inflated, and ISIZE is only the file's word: bytes after the
       // stream (which zlib reads past) are taken for it. A 1.6 KB graph with
       // "\xff\xff\xff\xff" appended made the CLI zero-fill 4 GiB for the
-      // text and the parser (29 s, 4.2 GB resident) before refusing nothing.
+      // text and the parser (29 s, 4.2 GB resident) before reading the graph.
       // Graph JSON compresses 10-50 times (the largest in testdata/: 51); a
       // length over kMostTrustedInflation times the file is not believed: the
       // file is read by zlib, whose buffer grows with what it inflates.
