@@ -98,7 +98,7 @@ Expected<bool> FunctionalizeRng(Partition& p) {
   // inputs and the saved values each take them in order at one position, so
   // they are gathered here and inserted once at the end (one at a time, each
   // insertion copied the whole output list, placeholder list and saved list:
-  // 8,000 random ops took 17 s).
+  // 8,000 random ops took 22 s).
   std::vector<Argument> state_outputs;
   std::vector<SavedValue> state_values;
   Node* bw_before = nullptr;  // the backward input the states go before

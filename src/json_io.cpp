@@ -1483,15 +1483,14 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
       if (d.hint < 0) return Fail(JsonPath(shape_path, i), "negative dimension");
     }
     // A zero anywhere makes the tensor empty, whatever the order of its dims.
-    const bool empty = std::any_of(v.tensor.shape.begin(), v.tensor.shape.end(), [](const Dim& d) { return d.hint == 0; });
-    for (const Dim& d : v.tensor.shape) {
-      if (empty) {
-        expected = 0;
-        break;
+    if (std::any_of(v.tensor.shape.begin(), v.tensor.shape.end(), [](const Dim& d) { return d.hint == 0; })) {
+      expected = 0;
+    } else {
+      for (const Dim& d : v.tensor.shape) {
+        if (expected > std::numeric_limits<int64_t>::max() / d.hint)
+          return Fail(shape_path, "the tensor's size overflows 64 bits");
+        expected *= d.hint;
       }
-      if (expected > std::numeric_limits<int64_t>::max() / d.hint)
-        return Fail(shape_path, "the tensor's size overflows 64 bits");
-      expected *= d.hint;
     }
     c.facts = v.tensor;
     auto data = j.find("data");

@@ -128,6 +128,14 @@ struct OutputFile {
   std::function<Status(const std::string& path)> write;
 };
 
+// Whether something other than a regular file stands at `path` (a directory, a
+// device, a link: not followed), which an output must not replace.
+bool NotARegularFile(const fs::path& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  return fs::exists(st) && !fs::is_regular_file(st);
+}
+
 // Writes files into `dir` so that either all of them appear or none does:
 // everything is written into a staging directory first (streamed: a graph of a
 // million nodes is never held as text), then moved into place.
@@ -140,8 +148,7 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<OutputFile>& 
   // replaced: a directory (or device) in the way fails the run up front, with
   // the earlier files untouched.
   auto check_destination = [&](const std::string& name) -> Status {
-    const fs::file_status st = fs::symlink_status(target / name, ec);
-    if (fs::exists(st) && !fs::is_regular_file(st))
+    if (NotARegularFile(target / name))
       return Status::BadInput(fmt::format("{} exists and is not a regular file; nothing was written", name), dir);
     return Status::Ok();
   };
@@ -235,13 +242,9 @@ int RunPrint(const std::string& path, const std::string& output) {
     return kExitOk;
   }
   const bool as_text = output.size() >= 5 && output.compare(output.size() - 5, 5, ".fxir") == 0;
-  {
-    std::error_code ec;
-    const fs::file_status st = fs::symlink_status(output, ec);
-    if (fs::exists(st) && !fs::is_regular_file(st))
-      return Fail(Status::BadInput("exists and is not a regular file (a directory, device or link); nothing was written",
-                                   output));
-  }
+  if (NotARegularFile(output))
+    return Fail(Status::BadInput("exists and is not a regular file (a directory, device or link); nothing was written",
+                                 output));
   Status st = as_text ? WriteFileAtomically(output, PrintGraph(**graph)) : WriteGraphFile(output, **graph);
   return st.ok() ? kExitOk : Fail(st);
 }
@@ -510,23 +513,21 @@ int RunResiduals(const std::string& path, const PartitionFlags& flags) {
   return kExitOk;
 }
 
-// Files at paths of their own (pareto's -o and --plot), written all or none:
-// each destination must be absent or a regular file, and no two the same;
-// each is written beside its destination first, and only once all are
-// written are they renamed into place (a failure removes what was staged, and
-// the destinations are as they were).
+// Destinations of their own for several outputs (pareto's -o and --plot): each
+// absent or a regular file, and no two the same.
 Status CheckSeparateDestinations(const std::vector<std::string>& paths) {
   std::error_code ec;
   std::set<fs::path> destinations;
   for (const std::string& file : paths) {
-    const fs::file_status st = fs::symlink_status(file, ec);
-    if (fs::exists(st) && !fs::is_regular_file(st))
-      return Status::BadInput("exists and is not a regular file; nothing was written", file);
+    if (NotARegularFile(file)) return Status::BadInput("exists and is not a regular file; nothing was written", file);
     if (!destinations.insert(fs::weakly_canonical(fs::absolute(file), ec)).second)
       return Status::BadInput("named for two outputs; nothing was written", file);
   }
   return Status::Ok();
 }
+// Files at such destinations, written all or none: each is written beside its
+// destination first, and only once all are written are they renamed into
+// place (a failure removes what was staged; the destinations are as they were).
 Status WriteFilesTogether(const std::vector<std::pair<std::string, std::string>>& files) {
   std::error_code ec;
   std::vector<std::string> paths;

@@ -129,11 +129,11 @@ class BackendOptions:
             raise ValueError(f"fxremat backend: unknown compiler {o.compiler!r} (available: {', '.join(COMPILERS)})")
         o.mode = options.pop("mode", None)
         if o.mode is not None:
+            if o.compiler != "inductor":
+                raise ValueError(f"fxremat backend: mode {o.mode!r} is the inductor compiler's; compiler is {o.compiler!r}")
             import torch._inductor
 
             modes = torch._inductor.list_mode_options()
-            if o.compiler != "inductor":
-                raise ValueError(f"fxremat backend: mode {o.mode!r} is the inductor compiler's; compiler is {o.compiler!r}")
             if o.mode not in modes:
                 raise ValueError(f"fxremat backend: unknown mode {o.mode!r} (available: {', '.join(modes)})")
         o.partitioner = options.pop("partitioner", o.partitioner)
