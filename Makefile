@@ -82,7 +82,7 @@ sanitize-build: setup $(ASAN_BUILD)/build.ninja
 
 sanitize: sanitize-build
 	cd $(ASAN_BUILD) && $(SAN_ENV) ../$(CMAKE) -E env ctest --output-on-failure -j $(JOBS) \
-	  -R '^(core_tests|core_tests_budget|cli_bad_inputs|cli_bad_inputs_large)$$'
+	  -R '^(core_tests|core_tests_budget|core_tests_offload|core_tests_offload_overlapped|cli_bad_inputs|cli_bad_inputs_large)$$'
 
 fuzz: sanitize-build
 	rm -rf $(ASAN_BUILD)/fuzz-seeds $(ASAN_BUILD)/fuzz-corpus && mkdir -p $(ASAN_BUILD)/fuzz-corpus $(ASAN_BUILD)/fuzz-crashes

@@ -76,27 +76,43 @@ static std::unique_ptr<Graph> OnCuda(const std::string& path) {
   return std::move(moved).value();
 }
 
-TEST_CASE("offload is the budget solver's third choice where it is cheaper than recomputing", "[budget]") {
-  const std::unique_ptr<Graph> g = OnCuda((fs::path(FXREMAT_SOURCE_DIR) / "testdata" / "budget" / "llama_4l.json.gz").string());
-  PartitionRequest plain;
-  auto min_cut = RunPartition(*g, plain);
-  INFO(min_cut.status().ToString());
-  REQUIRE(min_cut.ok());
-  const int64_t min_cut_peak = min_cut->signature.peak->bytes;
-  PartitionRequest smallest;
-  smallest.mincut.activation_memory_budget = 0.0;
-  auto floor = RunPartition(*g, smallest);
-  REQUIRE(floor.ok());
-  const int64_t smallest_peak = floor->signature.peak->bytes;
-  REQUIRE(smallest_peak < min_cut_peak);
+// The CUDA Llama and the two ends of its peak range: the min cut's peak and
+// the smallest one without offload.
+struct OffloadFixture {
+  std::unique_ptr<Graph> g = OnCuda((fs::path(FXREMAT_SOURCE_DIR) / "testdata" / "budget" / "llama_4l.json.gz").string());
+  int64_t min_cut_peak = 0, smallest_peak = 0;
 
-  auto run = [&](int64_t budget, double bandwidth) {
+  OffloadFixture() {
+    PartitionRequest plain;
+    auto min_cut = RunPartition(*g, plain);
+    INFO(min_cut.status().ToString());
+    REQUIRE(min_cut.ok());
+    min_cut_peak = min_cut->signature.peak->bytes;
+    PartitionRequest smallest;
+    smallest.mincut.activation_memory_budget = 0.0;
+    auto floor = RunPartition(*g, smallest);
+    REQUIRE(floor.ok());
+    smallest_peak = floor->signature.peak->bytes;
+    REQUIRE(smallest_peak < min_cut_peak);
+  }
+  int64_t middle() const { return (smallest_peak + min_cut_peak) / 2; }
+  Expected<Partition> run(int64_t budget, double bandwidth,
+                                OffloadTarget target = PartitionRequest{}.offload_target) const {
     PartitionRequest r;
     r.mincut.memory_budget_bytes = budget;
     r.mincut.offload_bandwidth_gbps = bandwidth;
+    r.offload_target = target;
     return RunPartition(*g, r);
-  };
-  const int64_t middle = (smallest_peak + min_cut_peak) / 2;
+  }
+};
+
+// Two cases (each about 6 solves of the Llama), tagged so that CTest runs them
+// as separate entries beside the others: under the sanitizers, one case of
+// both took four minutes.
+TEST_CASE("offload is the budget solver's third choice where it is cheaper than recomputing", "[budget][offload]") {
+  const OffloadFixture f;
+  const int64_t smallest_peak = f.smallest_peak, middle = f.middle();
+  auto run = [&](int64_t budget, double bandwidth) { return f.run(budget, bandwidth); };
   auto recomputing = run(middle, 0);
   REQUIRE(recomputing.ok());
   CHECK(recomputing->signature.offloadedBytes() == 0);
@@ -123,17 +139,17 @@ TEST_CASE("offload is the budget solver's third choice where it is cheaper than 
   auto refused = run(smallest_peak - 1, 0);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(refused.status().ToString(), Catch::Contains("is below the smallest peak"));
+}
+
+TEST_CASE("overlapped offload pays where synchronous transfers do not", "[budget][offload_overlapped]") {
+  const OffloadFixture f;
+  const int64_t middle = f.middle();
+  auto run = [&](int64_t budget, double bandwidth) { return f.run(budget, bandwidth); };
   // Overlapped transfers (Note [Overlapped offload]): at a host link too slow
   // for synchronous transfers to pay, torch_async still offloads where the
   // compute hides them, priced at what it does not hide; the emitted graphs
   // carry the side-stream ops and the device peak stays within the budget.
-  auto overlapped = [&](int64_t budget, double bandwidth) {
-    PartitionRequest r;
-    r.mincut.memory_budget_bytes = budget;
-    r.mincut.offload_bandwidth_gbps = bandwidth;
-    r.offload_target = OffloadTarget::kTorchAsync;
-    return RunPartition(*g, r);
-  };
+  auto overlapped = [&](int64_t budget, double bandwidth) { return f.run(budget, bandwidth, OffloadTarget::kTorchAsync); };
   double hidden_bandwidth = 0;
   for (double bandwidth : {50.0, 200.0, 1000.0}) {
     auto sync = run(middle, bandwidth);
