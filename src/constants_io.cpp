@@ -64,7 +64,10 @@ Expected<std::string> Base64Decode(std::string_view text, const std::string& whe
 
 std::string_view SafetensorsDType(DType dtype) { return DTypeSafetensorsName(dtype); }
 
-Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_view contents, const std::string& path) {
+Expected<SafetensorsFile> IndexSafetensors(std::string file_contents, const std::string& path) {
+  SafetensorsFile file;
+  file.contents = std::move(file_contents);
+  const std::string_view contents = file.contents;
   if (contents.size() < 8) return Status::BadInput("not a safetensors file (shorter than its 8-byte header size)", path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(contents[static_cast<size_t>(i)]);
@@ -78,7 +81,7 @@ Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_v
   }
   if (!header.is_object()) return Status::BadInput("malformed safetensors header (not an object)", path);
   const std::string_view data = contents.substr(8 + n);
-  std::map<std::string, SafetensorsEntry> out;
+  std::map<std::string, SafetensorsEntry>& out = file.entries;
   for (const auto& [key, e] : header.items()) {
     if (key == "__metadata__") continue;
     const std::string where = fmt::format("{}: tensor '{}'", path, key);
@@ -100,10 +103,16 @@ Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_v
     if (begin > end || end > data.size())
       return Status::BadInput(fmt::format("data_offsets [{}, {}] outside the {} data bytes", begin, end, data.size()),
                               where);
-    entry.data = std::string(data.substr(begin, end - begin));
+    file.ranges.emplace(key, std::pair<size_t, size_t>(8 + n + begin, 8 + n + end));
     out.emplace(key, std::move(entry));
   }
-  return out;
+  return file;
+}
+
+Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_view contents, const std::string& path) {
+  FXREMAT_ASSIGN_OR_RETURN(SafetensorsFile file, IndexSafetensors(std::string(contents), path));
+  for (auto& [key, entry] : file.entries) entry.data = std::string(file.Data(key));
+  return std::move(file.entries);
 }
 
 std::string WriteSafetensors(const std::map<std::string, SafetensorsEntry>& entries) {

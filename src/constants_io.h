@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,33 @@ struct SafetensorsEntry {
 // Parses a whole safetensors file (8-byte little-endian header length, JSON
 // header, data). Errors name `path` and the entry.
 Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_view contents, const std::string& path);
+
+// A safetensors file whose entries' data is not copied out of it: each entry's
+// `data` is empty, and Data(key) views its bytes in `contents`. Entries may
+// share or overlap byte ranges: a file of 1,500 entries over one 2 MB range
+// took 2.95 GB when each was copied, though a graph names one or two of them.
+struct SafetensorsFile {
+  std::string contents;
+  std::map<std::string, SafetensorsEntry> entries;
+  std::map<std::string, std::pair<size_t, size_t>> ranges;  // key -> [begin, end) in contents
+
+  std::string_view Data(const std::string& key) const {
+    const auto& [begin, end] = ranges.at(key);
+    return std::string_view(contents).substr(begin, end - begin);
+  }
+  // Data(key) as a constant's bytes: one copy for each range, shared by the
+  // constants that name it or another key over the same bytes.
+  std::shared_ptr<const std::string> SharedData(const std::string& key) {
+    std::shared_ptr<const std::string>& copy = copies[ranges.at(key)];
+    if (!copy) copy = std::make_shared<const std::string>(Data(key));
+    return copy;
+  }
+
+ private:
+  std::map<std::pair<size_t, size_t>, std::shared_ptr<const std::string>> copies;
+};
+// As ParseSafetensors, the same checks and errors.
+Expected<SafetensorsFile> IndexSafetensors(std::string contents, const std::string& path);
 // Writes tensors, keys in order, deterministic bytes.
 std::string WriteSafetensors(const std::map<std::string, SafetensorsEntry>& entries);
 

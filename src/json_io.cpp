@@ -670,14 +670,15 @@ class GraphReader {
   Status ReadConstants(const V& constants);
   Status ReadSubgraphs(const V& subgraphs);
   Status InferRolesAndTangents();
-  Expected<const SafetensorsEntry*> SidecarEntry(const std::string& file, const std::string& key,
-                                                 const JsonPath& path);
+  // The entry `key` of the sidecar `file` and its bytes.
+  Expected<std::pair<const SafetensorsEntry*, std::shared_ptr<const std::string>>> SidecarEntry(
+      const std::string& file, const std::string& key, const JsonPath& path);
 
   std::string sidecar_dir_;  // where sidecar files are; empty: none may be referenced
   bool two_threads_ = true;  // a large document's nodes may be read on two threads
   std::string prefix_;       // the JSON path of a nested subgraph document; empty at the top
   int nesting_ = 0;          // how deep this document is nested in subgraphs
-  std::map<std::string, std::map<std::string, SafetensorsEntry>> sidecars_;
+  std::map<std::string, SafetensorsFile> sidecars_;
   std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
   bool has_tangent_outputs_ = false;
   // Every node's name → its index in "nodes" (CheckReferences), and the nodes
@@ -1429,8 +1430,8 @@ Status GraphReader<V>::InferRolesAndTangents() {
 }
 
 template <typename V>
-Expected<const SafetensorsEntry*> GraphReader<V>::SidecarEntry(const std::string& file, const std::string& key,
-                                                               const JsonPath& path) {
+Expected<std::pair<const SafetensorsEntry*, std::shared_ptr<const std::string>>> GraphReader<V>::SidecarEntry(
+    const std::string& file, const std::string& key, const JsonPath& path) {
   if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos || file == "." ||
       file == "..")
     return Fail(JsonPath(path, "file"), fmt::format("'{}' is not a file name beside the graph", file));
@@ -1444,13 +1445,14 @@ Expected<const SafetensorsEntry*> GraphReader<V>::SidecarEntry(const std::string
     if (!contents.ok())
       return Fail(JsonPath(path, "file"),
                   fmt::format("cannot read the constants file '{}': {}", file, contents.status().ToString()));
-    FXREMAT_ASSIGN_OR_RETURN(auto entries, ParseSafetensors(*contents, full));
-    it = sidecars_.emplace(file, std::move(entries)).first;
+    FXREMAT_ASSIGN_OR_RETURN(SafetensorsFile indexed, IndexSafetensors(std::move(*contents), full));
+    it = sidecars_.emplace(file, std::move(indexed)).first;
   }
-  auto e = it->second.find(key);
-  if (e == it->second.end())
+  auto e = it->second.entries.find(key);
+  if (e == it->second.entries.end())
     return Fail(JsonPath(path, "key"), fmt::format("the sidecar file '{}' has no tensor '{}'", file, key));
-  return &e->second;
+  return std::pair<const SafetensorsEntry*, std::shared_ptr<const std::string>>(&e->second,
+                                                                               it->second.SharedData(key));
 }
 
 template <typename V>
@@ -1512,7 +1514,8 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
         if (key_field->kind() != JKind::kString) return Fail(JsonPath(path, "key"), "expected a string");
         key = std::string(key_field->str());
       }
-      FXREMAT_ASSIGN_OR_RETURN(const SafetensorsEntry* e, SidecarEntry(std::string(file->str()), key, path));
+      FXREMAT_ASSIGN_OR_RETURN(auto entry, SidecarEntry(std::string(file->str()), key, path));
+      const auto& [e, bytes] = entry;
       if (e->dtype != SafetensorsDType(c.facts.dtype))
         return Fail(JsonPath(path, "file"), fmt::format("the sidecar holds {} data for a {} tensor", e->dtype,
                                                         DTypeName(c.facts.dtype)));
@@ -1521,10 +1524,10 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
       if (e->shape != shape)
         return Fail(JsonPath(path, "file"), fmt::format("the sidecar's shape [{}] is not the tensor's [{}]",
                                                         fmt::join(e->shape, ", "), fmt::join(shape, ", ")));
-      if (static_cast<int64_t>(e->data.size()) != expected)
+      if (static_cast<int64_t>(bytes->size()) != expected)
         return Fail(JsonPath(path, "file"), fmt::format("the sidecar holds {} bytes for a tensor of {} bytes",
-                                                        e->data.size(), expected));
-      c.data = std::make_shared<const std::string>(e->data);
+                                                        bytes->size(), expected));
+      c.data = bytes;
     } else if (by_reference->kind() != JKind::kBool || !by_reference->boolean()) {
       return Fail(JsonPath(path, "by_reference"), "expected true");
     }
@@ -2028,6 +2031,24 @@ void WriteValueFacts(JsonStreamWriter& w, const ValueFacts& v) {
   w.EndObject();
 }
 
+// Whether a key occurs twice among `kwargs` (then written as an object keeps
+// it: once). Pairwise for the few keys a node has; by sorting for many (a
+// node of 10^5 kwargs took the pairwise check 38 s).
+bool HasDuplicateKey(const Kwargs& kwargs) {
+  constexpr size_t kPairwiseUpTo = 16;
+  if (kwargs.size() <= kPairwiseUpTo) {
+    for (size_t i = 0; i < kwargs.size(); ++i)
+      for (size_t k = 0; k < i; ++k)
+        if (kwargs[i].first == kwargs[k].first) return true;
+    return false;
+  }
+  std::vector<std::string_view> keys;
+  keys.reserve(kwargs.size());
+  for (const auto& kv : kwargs) keys.emplace_back(kv.first);
+  std::sort(keys.begin(), keys.end());
+  return std::adjacent_find(keys.begin(), keys.end()) != keys.end();
+}
+
 void WriteArgument(JsonStreamWriter& w, const Argument& a) {
   auto tagged = [&](std::string_view key, std::string_view value) {
     w.BeginObject();
@@ -2229,9 +2250,7 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
     }
     if (!n.kwargs().empty()) {
       w.Key("kwargs");
-      bool duplicate = false;
-      for (size_t i = 0; i < n.kwargs().size() && !duplicate; ++i)
-        for (size_t k = 0; k < i && !duplicate; ++k) duplicate = n.kwargs()[i].first == n.kwargs()[k].first;
+      const bool duplicate = HasDuplicateKey(n.kwargs());
       if (duplicate) {  // an object keeps a key once: as GraphToJsonDocument does it
         ojson kwargs = ojson::object();
         for (const auto& [k, v] : n.kwargs()) kwargs[k] = ArgumentToJson(v);

@@ -568,7 +568,7 @@ void Evaluate(const PolicySpec& spec, const Node& value, std::vector<ValueDemand
       if (it != spec.by_op.end()) d = it->second;
     }
   }
-  if (d != Decision::kNone) out.push_back({const_cast<Node*>(&value), d, "policy " + spec.ToString()});
+  if (d != Decision::kNone) out.push_back({const_cast<Node*>(&value), d, "", &spec});
 }
 
 // Why `n` cannot be moved to host memory, or "" if it can.
@@ -645,7 +645,7 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
 
     auto contradiction = [&](const char* what, const ValueDemand& a, const ValueDemand& b) {
       return Status::BadInput(fmt::format("contradictory {} on value {}: {} ({}) and {} ({})", what, Describe(n),
-                                          DecisionName(a.decision), a.source, DecisionName(b.decision), b.source),
+                                          DecisionName(a.decision), a.Source(), DecisionName(b.decision), b.Source()),
                               fmt::format("node '{}'", n.name()));
     };
     // Rule 1 and 2: MUST demands.
@@ -677,7 +677,7 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
     if (result.decision == Decision::kMustRecompute && IsRandomOp(ProducerOf(n)) && !RandomOpReplayable(ProducerOf(n)))
       return Status::BadInput(fmt::format("value {}: MUST_RECOMPUTE ({}) cannot be honoured: it is a random op, "
                                           "and {}: recomputing it would draw different numbers; save it instead",
-                                          Describe(n), result.source, UnreplayableReason(ProducerOf(n))),
+                                          Describe(n), result.Source(), UnreplayableReason(ProducerOf(n))),
                               fmt::format("node '{}'", n.name()));
     // A tuple is never saved itself; its getitems carry any offload.
     if (is_tuple && IsOffload(result.decision))
@@ -686,7 +686,7 @@ Expected<std::vector<ValueDemand>> ApplyPolicy(Graph& g, const PolicySpec* spec)
       std::string why = CannotMove(n, inputs);
       if (!why.empty())
         return Status::BadInput(fmt::format("value {}: {} ({}) cannot be honoured: {}", Describe(n),
-                                            DecisionName(result.decision), result.source, why),
+                                            DecisionName(result.decision), result.Source(), why),
                                 fmt::format("node '{}'", n.name()));
     }
     n.meta().recompute = result.decision;

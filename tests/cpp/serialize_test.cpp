@@ -76,6 +76,38 @@ TEST_CASE("a string constant's facts round-trip through the text form") {
   CHECK(GraphToJson(**parsed) == GraphToJson(**with_const));
 }
 
+// The text form may repeat a kwarg; a JSON object keeps a key once. The
+// streamed writer writes such a node as the document does (its first place,
+// the last value), whether it finds the repeat pairwise (a few keys) or by
+// sorting (many).
+TEST_CASE("repeated kwargs are written once, as the JSON document writes them") {
+  auto graph = LoadGraphFile(std::string(FXREMAT_SOURCE_DIR) + "/testdata/sin_mm.json.gz");
+  REQUIRE(graph.ok());
+  const std::string text = PrintGraph(**graph);
+  const std::string call = "torch.ops.aten.cos.default(mm)";
+  REQUIRE(text.find(call) != std::string::npos);
+  for (int keys : {3, 40}) {
+    std::string kwargs;
+    for (int k = 0; k < keys; ++k) kwargs += fmt::format(", k{} = {}", k % (keys - 1), k);  // the last key repeats k0
+    std::string edited = text;
+    edited.replace(edited.find(call), call.size(), "torch.ops.aten.cos.default(mm" + kwargs + ")");
+    auto parsed = ParseGraph(edited);
+    INFO(parsed.status().ToString());
+    REQUIRE(parsed.ok());
+    const std::string streamed = GraphToJson(**parsed);
+    const nlohmann::ordered_json document = GraphToJsonDocument(**parsed);
+    CHECK(nlohmann::ordered_json::parse(streamed) == document);
+    size_t written = 0;
+    for (size_t at = 0; (at = streamed.find("\"k0\":", at)) != std::string::npos; ++at) ++written;
+    CHECK(written == 1);
+    for (const auto& node : document["nodes"])
+      if (node["name"] == "cos") {
+        CHECK(node["kwargs"].size() == static_cast<size_t>(keys - 1));
+        CHECK(node["kwargs"]["k0"] == keys - 1);
+      }
+  }
+}
+
 // Note [Reading nodes on two threads]: FXREMAT_READ_TWO_THREADS_FROM sets the
 // node count from which a document is read on two threads.
 struct ReadThreadsFrom {
