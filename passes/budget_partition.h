@@ -23,7 +23,9 @@
 //      emits each (extraction and the autograd-engine order, exactly what the
 //      pipeline emits) and simulates its peak and its recompute cost (the ops
 //      that run in both graphs: flops of matmul / convolution / attention from
-//      shapes, plus recompute_flops_per_byte per byte moved);
+//      shapes, plus recompute_flops_per_byte per byte moved); from the lowest
+//      of them, a local search that takes only moves lowering the simulated
+//      peak adds one more (Note [Peak descent] in budget_partition.cpp);
 //   4. keeps the cheapest candidate within the budget, then adds saved values
 //      back, the most recompute cost avoided per byte first, as long as the
 //      simulated peak stays within the budget; drops saved values from the min
