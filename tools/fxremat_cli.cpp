@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -258,15 +260,18 @@ std::string Describe(const SavedValue& s) {
                      s.offloaded ? "  offloaded" : "", s.rule.empty() ? "" : "  (" + s.rule + ")");
 }
 
-// "64MiB", "1.5GB", "4096" -> bytes.
+// "64MiB", "1.5GB", "4096" -> bytes. A decimal number only: std::stod also
+// took "0x10" (as 16), " 5" and "1e3".
 Expected<int64_t> ParseByteSize(const std::string& text) {
-  size_t end = 0;
   double value = 0;
-  try {
-    value = std::stod(text, &end);
-  } catch (const std::exception&) {
-    end = 0;
-  }
+  const char* const first = text.data();
+  const char* const last = text.data() + text.size();
+  const char* digits_end = first;
+  while (digits_end != last && (std::isdigit(static_cast<unsigned char>(*digits_end)) || *digits_end == '.')) ++digits_end;
+  size_t end = 0;
+  if (auto [ptr, ec] = std::from_chars(first, digits_end, value, std::chars_format::fixed);
+      ec == std::errc() && ptr == digits_end)
+    end = static_cast<size_t>(digits_end - first);
   std::string unit = text.substr(end);
   static const std::pair<const char*, double> kUnits[] = {
       {"", 1},           {"B", 1},           {"KB", 1e3},   {"MB", 1e6},   {"GB", 1e9},
