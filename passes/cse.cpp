@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <limits>
 #include <vector>
@@ -211,6 +212,10 @@ std::vector<DuplicateNode> FindCommonSubexpressions(const Graph& graph) {
 Expected<bool> MergeCommonSubexpressions(Graph& graph, const std::vector<DuplicateNode>& duplicates) {
   std::vector<Node*> doomed;
   doomed.reserve(duplicates.size());
+  // The names each kept node has so far, for the nodes that gain names: one
+  // set a kept node for the whole loop, as many duplicates can merge into one
+  // (a set rebuilt for each of them made 5*10^4 named copies quadratic again).
+  std::unordered_map<const Node*, std::unordered_set<std::string>> known_names;
   for (const DuplicateNode& d : duplicates) {
     if (d.duplicate >= graph.size() || d.representative >= d.duplicate)
       return Status::Internal(fmt::format("cse: duplicate {} of node {} is not a node after it", d.duplicate,
@@ -219,15 +224,14 @@ Expected<bool> MergeCommonSubexpressions(Graph& graph, const std::vector<Duplica
     Node* keep = graph.nodes()[d.representative].get();
     graph.replaceAllUsesWith(duplicate, keep);
     // A name given to either copy names the one value that remains (in the
-    // order given, each once: a set, as two copies of 5*10^4 names each took
-    // a search of the kept names per name 16.8 s).
-    std::vector<std::string>& names = keep->meta().names;
+    // order given, each once: through a set, as two copies of 5*10^4 names
+    // each took a search of the kept names per name 16.8 s).
     if (!duplicate->meta().names.empty()) {
-      std::unordered_set<std::string_view> known(names.begin(), names.end());
-      std::vector<std::string> added;
+      std::vector<std::string>& names = keep->meta().names;
+      auto [it, first_gain] = known_names.try_emplace(keep);
+      if (first_gain) it->second.insert(names.begin(), names.end());
       for (const std::string& name : duplicate->meta().names)
-        if (known.insert(name).second) added.push_back(name);
-      names.insert(names.end(), std::make_move_iterator(added.begin()), std::make_move_iterator(added.end()));
+        if (it->second.insert(name).second) names.push_back(name);
     }
     keep->meta().offload_requested = keep->meta().offload_requested || duplicate->meta().offload_requested;
     doomed.push_back(duplicate);

@@ -109,8 +109,8 @@ Expected<SafetensorsFile> IndexSafetensors(std::string file_contents, const std:
   return file;
 }
 
-Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_view contents, const std::string& path) {
-  FXREMAT_ASSIGN_OR_RETURN(SafetensorsFile file, IndexSafetensors(std::string(contents), path));
+Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string contents, const std::string& path) {
+  FXREMAT_ASSIGN_OR_RETURN(SafetensorsFile file, IndexSafetensors(std::move(contents), path));
   for (auto& [key, entry] : file.entries) entry.data = std::string(file.Data(key));
   return std::move(file.entries);
 }

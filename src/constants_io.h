@@ -33,7 +33,7 @@ struct SafetensorsEntry {
 };
 // Parses a whole safetensors file (8-byte little-endian header length, JSON
 // header, data). Errors name `path` and the entry.
-Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string_view contents, const std::string& path);
+Expected<std::map<std::string, SafetensorsEntry>> ParseSafetensors(std::string contents, const std::string& path);
 
 // A safetensors file whose entries' data is not copied out of it: each entry's
 // `data` is empty, and Data(key) views its bytes in `contents`. Entries may

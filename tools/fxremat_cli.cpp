@@ -260,8 +260,8 @@ std::string Describe(const SavedValue& s) {
                      s.offloaded ? "  offloaded" : "", s.rule.empty() ? "" : "  (" + s.rule + ")");
 }
 
-// "64MiB", "1.5GB", "4096" -> bytes. A decimal number only: std::stod also
-// took "0x10" (as 16), " 5" and "1e3".
+// "64MiB", "1.5GB", "4096" -> bytes. Digits and a decimal point only:
+// std::stod also took "0x10" (as 16), " 5", "1e3", "+5" and "-0".
 Expected<int64_t> ParseByteSize(const std::string& text) {
   double value = 0;
   const char* const first = text.data();

@@ -134,7 +134,8 @@ struct ValueDemand {
 // on every forward value, merges with the nodes' recompute tags and offload
 // annotations (Note [Merging demands]) and writes the result into
 // meta().recompute. Contradictions are bad-input errors naming the value.
-// Returns the decided values in graph order (for reports). Expects annotation
+// Returns the decided values in graph order (for reports); a policy's demands
+// point into `*spec`, so they are valid while it lives. Expects annotation
 // ops already folded (names in meta().names).
 //
 // Given:   %mm = aten.mm(%x, %w)  names=[a];  %s = aten.sin(%mm)

@@ -1070,7 +1070,7 @@ Expected<std::map<std::string, at::Tensor>> LoadInputsFile(const std::string& pa
   std::map<std::string, at::Tensor> out;
   const bool safetensors = path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
   if (safetensors) {
-    FXREMAT_ASSIGN_OR_RETURN(auto entries, ParseSafetensors(contents, path));
+    FXREMAT_ASSIGN_OR_RETURN(auto entries, ParseSafetensors(std::move(contents), path));
     for (auto& [key, e] : entries) {
       std::optional<DType> dtype;
       for (DType d : AllDTypes())
