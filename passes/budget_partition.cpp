@@ -550,9 +550,7 @@ class BudgetSolver {
   // budget-0 target, the range of a fraction, the front and the error for a
   // budget below the smallest peak all count it; step 4 then lowers its cost.
   Status DescendPeak() {
-    const Candidate* lowest = &candidates_.front();
-    for (const Candidate& c : candidates_)
-      if (c.ev.peak < lowest->ev.peak) lowest = &c;
+    const Candidate* lowest = &LowestCandidate();
     Candidate start = *lowest;
     start.label = "peak descent from " + start.label;
     FXREMAT_ASSIGN_OR_RETURN(Candidate descended,
@@ -582,11 +580,14 @@ class BudgetSolver {
     return Status::Ok();
   }
 
-  int64_t SmallestPeak() const {
-    int64_t best = candidates_.front().ev.peak;
-    for (const Candidate& c : candidates_) best = std::min(best, c.ev.peak);
-    return best;
+  // The first candidate of the smallest peak.
+  const Candidate& LowestCandidate() const {
+    const Candidate* lowest = &candidates_.front();
+    for (const Candidate& c : candidates_)
+      if (c.ev.peak < lowest->ev.peak) lowest = &c;
+    return *lowest;
   }
+  int64_t SmallestPeak() const { return LowestCandidate().ev.peak; }
 
   int64_t Target() const {
     if (options_.memory_budget_bytes) return *options_.memory_budget_bytes;
