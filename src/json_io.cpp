@@ -577,6 +577,11 @@ class RecentNames {
 };
 
 // Reads one JSON document into a Graph through a view V (Note [Two JSON front ends]).
+// Defined with LoadGraphFile below: a whole file, refused when over max_bytes
+// (Note [Input size limit]).
+Expected<std::string> ReadFileContents(const std::string& path, const std::function<void(size_t)>& on_size,
+                                       size_t max_bytes);
+
 template <typename V>
 class GraphReader {
  public:
@@ -1441,7 +1446,7 @@ Expected<std::pair<const SafetensorsEntry*, std::shared_ptr<const std::string>>>
   auto it = sidecars_.find(file);
   if (it == sidecars_.end()) {
     const std::string full = (std::filesystem::path(sidecar_dir_) / file).string();
-    Expected<std::string> contents = ReadFileContents(full);
+    Expected<std::string> contents = ReadFileContents(full, nullptr, std::numeric_limits<size_t>::max());
     if (!contents.ok())
       return Fail(JsonPath(path, "file"),
                   fmt::format("cannot read the constants file '{}': {}", file, contents.status().ToString()));
@@ -3009,10 +3014,45 @@ std::optional<std::string> ReadPlainWhole(const std::string& path, size_t file_s
 
 namespace {
 
+// Note [Input size limit]
+// Loading a graph holds about seven bytes of memory per byte of its JSON
+// (synth_1m and synth_2m: 1.84 and 3.61 GB resident for 291 and 585 MB of
+// text: the text recycled as node arena, simdjson's index, tape and strings,
+// the IR), and a gzip file inflates up to about a thousand times: a 3 MB file
+// of 3 GB of spaces before a graph took 10.5 GB resident and 70 s, and a 10 MB
+// one would have been killed for memory, with nothing said. A text longer
+// than an eighth of the machine's physical memory is refused before it is
+// read whole (a plain file by its size; a gzip file as soon as inflating it
+// passes the limit), as bad input naming the file, the limit and how to
+// raise it. FXREMAT_MAX_INPUT_BYTES=N sets the limit (tests use a small one).
+// Constants sidecars (safetensors) are not texts and take no such multiple:
+// they are read without the limit.
+constexpr size_t kMemoryPerTextByte = 8;
+
+size_t MaxTextBytes() {
+  size_t physical = std::numeric_limits<size_t>::max();
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0) physical = static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+  return SizeFromEnv("FXREMAT_MAX_INPUT_BYTES", physical / kMemoryPerTextByte);
+}
+
+Status TextTooLong(const std::string& path, std::string_view what, size_t limit) {
+  if (std::getenv("FXREMAT_MAX_INPUT_BYTES"))
+    return Status::BadInput(fmt::format("{} more than {} bytes, the limit FXREMAT_MAX_INPUT_BYTES sets", what, limit),
+                            path);
+  return Status::BadInput(
+      fmt::format("{} more than {} bytes, more than this machine can load (loading a graph takes about {} bytes of "
+                  "memory per byte of its text, and the limit is an eighth of the machine's physical memory; "
+                  "FXREMAT_MAX_INPUT_BYTES=N sets another)",
+                  what, limit, kMemoryPerTextByte),
+      path);
+}
+
 // ReadFileContents; on_size(n), when given, is called with the text's
 // expected length (the file's size, or a gzip file's stated one) before the
-// text is read.
-Expected<std::string> ReadFileContents(const std::string& path, const std::function<void(size_t)>& on_size) {
+// text is read. A text over `max_bytes` is refused (Note [Input size limit]).
+Expected<std::string> ReadFileContents(const std::string& path, const std::function<void(size_t)>& on_size,
+                                       size_t max_bytes) {
   ScopedPhase phase("read-file");
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
@@ -3051,6 +3091,13 @@ Expected<std::string> ReadFileContents(const std::string& path, const std::funct
     }
     std::fclose(raw);
   }
+  if (!ec && !gzip_magic && file_size > max_bytes) return TextTooLong(path, "the file is", max_bytes);
+  // A gzip file's stated length over the limit is not believed either: its
+  // text is inflated by zlib, which stops at the limit.
+  if (expected > max_bytes) {
+    expected = 0;
+    gzip_isize.reset();
+  }
   if (on_size && expected > 0) on_size(expected);
   if (!ec && !gzip_magic) {
     if (std::optional<std::string> contents = ReadPlainWhole(path, static_cast<size_t>(file_size)))
@@ -3070,7 +3117,9 @@ Expected<std::string> ReadFileContents(const std::string& path, const std::funct
   contents.reserve(expected + simdjson::SIMDJSON_PADDING + 1);
   size_t size = 0;
   while (true) {
-    if (contents.size() - size < (1 << 16)) contents.resize(std::max<size_t>(contents.size() * 2, size + (1 << 16)));
+    // Never more than a read past the limit (Note [Input size limit]).
+    if (contents.size() - size < (1 << 16))
+      contents.resize(std::min(std::max<size_t>(contents.size() * 2, size + (1 << 16)), max_bytes + (1 << 16) + 1));
     if (contents.size() < expected + 1) contents.resize(expected + 1);
     const size_t room = std::min<size_t>(contents.size() - size, 1u << 30);
     int n = gzread(f, contents.data() + size, static_cast<unsigned>(room));
@@ -3082,6 +3131,10 @@ Expected<std::string> ReadFileContents(const std::string& path, const std::funct
     }
     if (n == 0) break;
     size += static_cast<size_t>(n);
+    if (size > max_bytes) {
+      gzclose(f);
+      return TextTooLong(path, gzip_magic ? "the file inflates to" : "the file is", max_bytes);
+    }
   }
   contents.resize(size);
   // A truncated gzip stream reads short without an error from gzread; gzclose
@@ -3100,7 +3153,9 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
   return WriteThroughTemporary(path, [&](const FileSink& sink) { return sink(contents); });
 }
 
-Expected<std::string> ReadFileContents(const std::string& path) { return ReadFileContents(path, nullptr); }
+Expected<std::string> ReadFileContents(const std::string& path) {
+  return ReadFileContents(path, nullptr, MaxTextBytes());
+}
 
 Expected<std::unique_ptr<Graph>> LoadGraphFile(const std::string& path) {
   bool is_text = path.size() >= 5 && path.compare(path.size() - 5, 5, ".fxir") == 0;
@@ -3109,7 +3164,7 @@ Expected<std::unique_ptr<Graph>> LoadGraphFile(const std::string& path) {
   PreparedParse prepared;
   std::function<void(size_t)> prepare;
   if (!is_text && !UseNlohmannIo()) prepare = [&prepared](size_t length) { prepared.Prepare(length); };
-  FXREMAT_ASSIGN_OR_RETURN(std::string contents, ReadFileContents(path, prepare));
+  FXREMAT_ASSIGN_OR_RETURN(std::string contents, ReadFileContents(path, prepare, MaxTextBytes()));
   size_t first = contents.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (contents[first] == '#' || contents[first] == 'd')) is_text = true;
   if (first == std::string::npos) return Status::BadInput("empty file", path);

@@ -17,6 +17,8 @@ import keyword
 import math
 import os
 import re
+import sys
+import zlib
 from typing import Any, Callable, Sequence
 
 import torch
@@ -1154,15 +1156,49 @@ def _check_with_cpp_reader(doc: dict, base_dir: str | None) -> None:
         raise FormatError(str(e).removeprefix("fxremat: ")) from None
 
 
+def max_input_bytes() -> int:
+    """The longest graph text read from a file: FXREMAT_MAX_INPUT_BYTES, or an eighth of
+    the machine's physical memory (the C++ reader's rule, Note [Input size limit] in
+    src/json_io.cpp: a gzip file can inflate a thousand times, and reading a text takes
+    several times its length)."""
+    env = os.environ.get("FXREMAT_MAX_INPUT_BYTES", "")
+    if env.isdigit():
+        return int(env)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
+    except (ValueError, OSError, AttributeError):
+        return sys.maxsize
+
+
+def _too_long(path: str, what: str, limit: int) -> FormatError:
+    how = ("the limit FXREMAT_MAX_INPUT_BYTES sets" if os.environ.get("FXREMAT_MAX_INPUT_BYTES", "").isdigit()
+           else "an eighth of this machine's physical memory (FXREMAT_MAX_INPUT_BYTES=N sets another)")
+    return FormatError(f"{path}: {what} more than {limit} bytes, {how}")
+
+
 def _read_doc(path: str | os.PathLike) -> dict:
     path = os.fspath(path)
+    limit = max_input_bytes()
     with open(path, "rb") as f:
-        raw = f.read()
-    if raw[:2] == b"\x1f\x8b":
+        gzipped = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        raw = b"" if gzipped else f.read(limit + 1)
+    if gzipped:
+        # Inflated a piece at a time, never past the limit (a gzip file's stated
+        # length is only its word).
+        parts, size = [], 0
         try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
+            with gzip.open(path, "rb") as g:
+                while piece := g.read(1 << 24):
+                    size += len(piece)
+                    if size > limit:
+                        raise _too_long(path, "the file inflates to", limit)
+                    parts.append(piece)
+        except (OSError, EOFError, zlib.error) as e:
             raise FormatError(f"{path}: corrupt gzip data: {e}") from None
+        raw = b"".join(parts)
+    elif len(raw) > limit:
+        raise _too_long(path, "the file is", limit)
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

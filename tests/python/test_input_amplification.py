@@ -5,12 +5,16 @@ not a timing one) and checks the partition it writes."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
+import os
 import resource
 import struct
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "bad_inputs"))
@@ -75,3 +79,64 @@ def test_sidecar_entries_over_one_range_are_not_each_copied(tmp_path):
     for name in ("forward.json", "backward.json"):
         constants.update(json.loads((out / name).read_text()).get("constants", {}))
     assert [base64.b64decode(c["data"]) for c in constants.values()] == [values]
+
+
+def _gzip_bomb(path, spaces_mib, graph_text: bytes):
+    # Gzip members concatenated (one file, as gzip and zlib read it): `spaces_mib`
+    # MiB of spaces, which JSON allows before a document, then a real graph.
+    member = gzip.compress(b" " * (1 << 20), compresslevel=9)
+    with open(path, "wb") as f:
+        for _ in range(spaces_mib):
+            f.write(member)
+        f.write(gzip.compress(graph_text))
+
+
+def test_a_gzip_file_that_inflates_past_the_limit_is_refused_before_it_is_held(tmp_path, monkeypatch):
+    # 1.5 GiB of spaces in a 2.5 MB file. Before Note [Input size limit] the CLI
+    # inflated all of it and mapped as much again for the parser (3 GB of spaces:
+    # 10.5 GB resident, 70 s; more is killed for memory); now it stops at the limit.
+    graph_text = gzip.decompress((REPO / "testdata" / "sin_mm.json.gz").read_bytes())
+    bomb = tmp_path / "bomb.json.gz"
+    _gzip_bomb(bomb, 1536, graph_text)
+    limit = 64 << 20
+    out = tmp_path / "out"
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+    env = {**os.environ, "FXREMAT_MAX_INPUT_BYTES": str(limit)}
+    for command in (["inspect", str(bomb)], ["partition", str(bomb), "-o", str(out)]):
+        r = subprocess.run([str(REPO / "build" / "fxremat"), *command], capture_output=True, text=True,
+                           preexec_fn=limited, env=env)
+        assert r.returncode == 2, (command, r.stderr)
+        assert f"bomb.json.gz: the file inflates to more than {limit} bytes" in r.stderr, r.stderr
+        assert "FXREMAT_MAX_INPUT_BYTES" in r.stderr
+    assert not out.exists()
+
+    # Python's reader keeps the same limit.
+    import fxremat
+    monkeypatch.setenv("FXREMAT_MAX_INPUT_BYTES", str(limit))
+    with pytest.raises(fxremat.FormatError, match=f"inflates to more than {limit} bytes"):
+        fxremat.load(bomb)
+
+
+def test_a_text_at_the_limit_is_read_and_one_byte_over_is_refused(tmp_path, monkeypatch):
+    # The limit is on the text, compressed or not: a graph exactly as long as the
+    # limit loads, from .json and .json.gz alike, and the CLI and Python agree.
+    import fxremat
+    text = gzip.decompress((REPO / "testdata" / "sin_mm.json.gz").read_bytes())
+    plain, packed = tmp_path / "g.json", tmp_path / "g.json.gz"
+    plain.write_bytes(text)
+    packed.write_bytes(gzip.compress(text))
+    cli = str(REPO / "build" / "fxremat")
+    for limit, ok in ((len(text), True), (len(text) - 1, False)):
+        monkeypatch.setenv("FXREMAT_MAX_INPUT_BYTES", str(limit))
+        for path, what in ((plain, "the file is"), (packed, "the file inflates to")):
+            r = subprocess.run([cli, "inspect", str(path)], capture_output=True, text=True)
+            if ok:
+                assert r.returncode == 0, r.stderr
+                assert len(fxremat.load(path).graph.nodes) > 0
+            else:
+                assert r.returncode == 2
+                assert f"{path.name}: {what} more than {limit} bytes, the limit FXREMAT_MAX_INPUT_BYTES sets" in r.stderr
+                with pytest.raises(fxremat.FormatError, match=f"{what} more than {limit} bytes"):
+                    fxremat.load(path)
