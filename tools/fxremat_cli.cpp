@@ -17,6 +17,7 @@
 #include <iostream>
 #include <set>
 #include <exception>
+#include <new>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -747,6 +748,13 @@ int main(int argc, char** argv) {
     if (residuals->parsed()) return RunResiduals(graph_path, flags);
     if (pareto->parsed()) return RunPareto(graph_path, flags, points, output, plot);
     if (verify->parsed()) return RunVerify(graph_path, out_dir, seed, tolerance_scale, inputs_file);
+  } catch (const std::bad_alloc&) {
+    // Not a bug: the graph needs more memory than the process may have (a
+    // ulimit, a container's limit; Note [Input size limit] refuses texts too
+    // long for the machine before they are read).
+    std::cerr << "fxremat: out of memory: " << graph_path
+              << " needs more memory than this process can allocate (peak-rss-kb " << PeakRssKb() << ")\n";
+    return kExitBadInput;
   } catch (const std::exception& e) {
     // The library reports errors as Status; anything thrown is a bug, but the
     // user still gets one line and a non-crash exit.

@@ -112,6 +112,13 @@ def test_a_gzip_file_that_inflates_past_the_limit_is_refused_before_it_is_held(t
         assert "FXREMAT_MAX_INPUT_BYTES" in r.stderr
     assert not out.exists()
 
+    # With the limit out of the way, the address-space limit stops the CLI: a
+    # clear one line and exit 2, not a crash.
+    r = subprocess.run([str(REPO / "build" / "fxremat"), "inspect", str(bomb)], capture_output=True, text=True,
+                       preexec_fn=limited, env={**os.environ, "FXREMAT_MAX_INPUT_BYTES": str(1 << 40)})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"fxremat: out of memory: {bomb} needs more memory than this process can allocate"), r.stderr
+
     # Python's reader keeps the same limit.
     import fxremat
     monkeypatch.setenv("FXREMAT_MAX_INPUT_BYTES", str(limit))
