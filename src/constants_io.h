@@ -23,7 +23,15 @@ std::string Base64Encode(std::string_view bytes);
 // Errors (bad input) name `where`.
 Expected<std::string> Base64Decode(std::string_view text, const std::string& where);
 
-// safetensors dtype names ("F32", "I64", "BOOL", ...).
+// safetensors dtype names ("F32", "I64", "BOOL", ...); empty for a dtype
+// safetensors has no name for.
+//
+// Note [Dtypes without a safetensors name]
+// Quantized (qint8, ...), packed-bit (bits8, ...), sub-byte (int1-int7,
+// uint1-uint7) and float4_e2m1fn_x2 tensors have no safetensors dtype (or one
+// whose shapes count other elements), so a constant of such a dtype is always
+// written inline, whatever its size: the C++ writers and Python's
+// (_move_large_constants) alike; a sidecar entry never names one.
 std::string_view SafetensorsDType(DType dtype);
 
 struct SafetensorsEntry {

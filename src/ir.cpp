@@ -29,7 +29,7 @@ struct DTypeEntry {
   std::string_view safetensors;  // the safetensors header's dtype name
 };
 
-constexpr std::array<DTypeEntry, 21> kDTypes = {{
+constexpr std::array<DTypeEntry, 46> kDTypes = {{
     {DType::kFloat64, "float64", "f64", 8, "F64"},
     {DType::kFloat32, "float32", "f32", 4, "F32"},
     {DType::kFloat16, "float16", "f16", 2, "F16"},
@@ -51,6 +51,34 @@ constexpr std::array<DTypeEntry, 21> kDTypes = {{
     {DType::kFloat8E4M3FNUZ, "float8_e4m3fnuz", "f8e4m3fnuz", 1, "F8_E4M3FNUZ"},
     {DType::kFloat8E5M2FNUZ, "float8_e5m2fnuz", "f8e5m2fnuz", 1, "F8_E5M2FNUZ"},
     {DType::kFloat8E8M0FNU, "float8_e8m0fnu", "f8e8m0fnu", 1, "F8_E8M0"},
+    // No safetensors name: constants of these stay inline in the document
+    // (Note [Dtypes without a safetensors name]). Short names as FX's
+    // dtype_abbrs where it has one.
+    {DType::kQInt8, "qint8", "qi8", 1, ""},
+    {DType::kQUInt8, "quint8", "qu8", 1, ""},
+    {DType::kQInt32, "qint32", "qi32", 4, ""},
+    {DType::kQUInt4x2, "quint4x2", "qu4x2", 1, ""},
+    {DType::kQUInt2x4, "quint2x4", "qu2x4", 1, ""},
+    {DType::kBits1x8, "bits1x8", "b1x8", 1, ""},
+    {DType::kBits2x4, "bits2x4", "b2x4", 1, ""},
+    {DType::kBits4x2, "bits4x2", "b4x2", 1, ""},
+    {DType::kBits8, "bits8", "b8x1", 1, ""},
+    {DType::kBits16, "bits16", "b16x1", 2, ""},
+    {DType::kFloat4E2M1FNx2, "float4_e2m1fn_x2", "f4e2m1fnx2", 1, ""},
+    {DType::kInt1, "int1", "i1", 1, ""},
+    {DType::kInt2, "int2", "i2", 1, ""},
+    {DType::kInt3, "int3", "i3", 1, ""},
+    {DType::kInt4, "int4", "i4", 1, ""},
+    {DType::kInt5, "int5", "i5", 1, ""},
+    {DType::kInt6, "int6", "i6", 1, ""},
+    {DType::kInt7, "int7", "i7", 1, ""},
+    {DType::kUInt1, "uint1", "u1", 1, ""},
+    {DType::kUInt2, "uint2", "u2", 1, ""},
+    {DType::kUInt3, "uint3", "u3", 1, ""},
+    {DType::kUInt4, "uint4", "u4", 1, ""},
+    {DType::kUInt5, "uint5", "u5", 1, ""},
+    {DType::kUInt6, "uint6", "u6", 1, ""},
+    {DType::kUInt7, "uint7", "u7", 1, ""},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -88,7 +116,7 @@ bool DTypeIsFloating(DType dtype) {
     case DType::kFloat64: case DType::kFloat32: case DType::kFloat16: case DType::kBFloat16:
     case DType::kComplex64: case DType::kComplex128: case DType::kFloat8E4M3FN:
     case DType::kFloat8E5M2: case DType::kComplex32: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2FNUZ:
-    case DType::kFloat8E8M0FNU:
+    case DType::kFloat8E8M0FNU: case DType::kFloat4E2M1FNx2:
       return true;
     default:
       return false;

@@ -2193,7 +2193,8 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
         w.Key("val"); WriteValueFacts(w, v);
         if (!c.hasData()) {
           w.Key("by_reference"); w.Bool(true);
-        } else if (sidecar && !sidecar_name.empty() && static_cast<int64_t>(c.data->size()) > kInlineConstantBytes) {
+        } else if (sidecar && !sidecar_name.empty() && static_cast<int64_t>(c.data->size()) > kInlineConstantBytes &&
+                   !SafetensorsDType(c.facts.dtype).empty()) {  // Note [Dtypes without a safetensors name]
           w.Key("file"); w.String(sidecar_name);
           w.Key("key"); w.String(target);
           std::vector<int64_t> shape;
@@ -2845,7 +2846,8 @@ ojson GraphObjectToJson(const Graph& graph, bool nested, const std::string& side
         j["val"] = ValueFactsToJson(v);
         if (!c.hasData()) {
           j["by_reference"] = true;
-        } else if (sidecar && !sidecar_name.empty() && static_cast<int64_t>(c.data->size()) > kInlineConstantBytes) {
+        } else if (sidecar && !sidecar_name.empty() && static_cast<int64_t>(c.data->size()) > kInlineConstantBytes &&
+                   !SafetensorsDType(c.facts.dtype).empty()) {  // Note [Dtypes without a safetensors name]
           j["file"] = sidecar_name;
           j["key"] = target;
           std::vector<int64_t> shape;

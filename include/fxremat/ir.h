@@ -35,6 +35,10 @@ enum class DType : uint8_t {
   kBool, kComplex64, kComplex128, kFloat8E4M3FN, kFloat8E5M2,
   // Every other dtype torch 2.13 has (op_db's chalf makes complex32 values).
   kComplex32, kUInt16, kUInt32, kUInt64, kFloat8E4M3FNUZ, kFloat8E5M2FNUZ, kFloat8E8M0FNU,
+  // Quantized, packed-bit and sub-byte dtypes: a joint graph may hold them
+  // (quantize_per_tensor on a detached activation) though they carry no gradient.
+  kQInt8, kQUInt8, kQInt32, kQUInt4x2, kQUInt2x4, kBits1x8, kBits2x4, kBits4x2, kBits8, kBits16, kFloat4E2M1FNx2,
+  kInt1, kInt2, kInt3, kInt4, kInt5, kInt6, kInt7, kUInt1, kUInt2, kUInt3, kUInt4, kUInt5, kUInt6, kUInt7,
 };
 
 // "float32" (torch's name without "torch.").

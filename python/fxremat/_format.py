@@ -840,6 +840,10 @@ def _subgraph_document(sub: fx.GraphModule, where: str, constants: str) -> dict:
 
 def _tensor_bytes(t: torch.Tensor) -> bytes:
     """The elements of ``t``, little-endian, contiguous in row-major order."""
+    if t.is_quantized:
+        # Its integers alone would read back without the scale and zero point.
+        raise UnsupportedGraphError(f"a quantized tensor constant ({t.dtype}) cannot be written to a graph file "
+                                    "(in process, torch.compile and partition_fn carry it by reference)")
     t = t.detach().to("cpu").contiguous().reshape(-1)
     if t.numel() == 0:
         return b""
@@ -1014,7 +1018,9 @@ def _move_large_constants(doc: dict, file_name: str) -> bytes | None:
     large = {}
     for key, c in (doc.get("constants") or {}).items():
         data = c.get("data")
-        if data is not None and len(data) * 3 // 4 > INLINE_CONSTANT_BYTES:
+        # Note [Dtypes without a safetensors name]: such constants stay inline.
+        if data is not None and len(data) * 3 // 4 > INLINE_CONSTANT_BYTES and \
+                _safetensors_dtypes().get(c["val"]["dtype"]):
             large[key] = base64.b64decode(data)
     if not large:
         return None

@@ -102,6 +102,31 @@ at::ScalarType ToScalarType(DType dtype) {
     case DType::kFloat8E4M3FNUZ: return at::ScalarType::Float8_e4m3fnuz;
     case DType::kFloat8E5M2FNUZ: return at::ScalarType::Float8_e5m2fnuz;
     case DType::kFloat8E8M0FNU: return at::ScalarType::Float8_e8m0fnu;
+    case DType::kQInt8: return at::ScalarType::QInt8;
+    case DType::kQUInt8: return at::ScalarType::QUInt8;
+    case DType::kQInt32: return at::ScalarType::QInt32;
+    case DType::kQUInt4x2: return at::ScalarType::QUInt4x2;
+    case DType::kQUInt2x4: return at::ScalarType::QUInt2x4;
+    case DType::kBits1x8: return at::ScalarType::Bits1x8;
+    case DType::kBits2x4: return at::ScalarType::Bits2x4;
+    case DType::kBits4x2: return at::ScalarType::Bits4x2;
+    case DType::kBits8: return at::ScalarType::Bits8;
+    case DType::kBits16: return at::ScalarType::Bits16;
+    case DType::kFloat4E2M1FNx2: return at::ScalarType::Float4_e2m1fn_x2;
+    case DType::kInt1: return at::ScalarType::Int1;
+    case DType::kInt2: return at::ScalarType::Int2;
+    case DType::kInt3: return at::ScalarType::Int3;
+    case DType::kInt4: return at::ScalarType::Int4;
+    case DType::kInt5: return at::ScalarType::Int5;
+    case DType::kInt6: return at::ScalarType::Int6;
+    case DType::kInt7: return at::ScalarType::Int7;
+    case DType::kUInt1: return at::ScalarType::UInt1;
+    case DType::kUInt2: return at::ScalarType::UInt2;
+    case DType::kUInt3: return at::ScalarType::UInt3;
+    case DType::kUInt4: return at::ScalarType::UInt4;
+    case DType::kUInt5: return at::ScalarType::UInt5;
+    case DType::kUInt6: return at::ScalarType::UInt6;
+    case DType::kUInt7: return at::ScalarType::UInt7;
   }
   return at::kFloat;
 }

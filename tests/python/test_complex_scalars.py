@@ -3,7 +3,9 @@ backward multiplies by 1j, which the format could not hold before."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import subprocess
 
 import pytest
@@ -90,11 +92,61 @@ def test_every_torch_dtype_is_in_the_format():
     complex32 values; the unsigned and float8 variants appear in quantized graphs)."""
     from fxremat._partition import _extension
 
-    names = {entry[0] for entry in _extension().dtypes()}
-    wanted = {str(d).removeprefix("torch.") for d in (
-        torch.complex32, torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz,
-        torch.float8_e8m0fnu, torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.complex128)}
-    assert wanted <= names, wanted - names
+    from torch.fx.graph import dtype_abbrs
+
+    table = {name: (short, size) for name, short, size, _st in _extension().dtypes()}
+    # Every dtype object torch has (a hand-picked list missed qint8, which a
+    # quantize_per_tensor on a detached activation puts into a joint graph).
+    every = {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    assert len(every) >= 40
+    wanted = {str(d).removeprefix("torch.") for d in every}
+    assert wanted <= table.keys(), wanted - table.keys()
+    for d in every:
+        short, size = table[str(d).removeprefix("torch.")]
+        assert size == d.itemsize, d
+        if d in dtype_abbrs:
+            assert short == dtype_abbrs[d], d  # as FX prints it
+    assert len({short for short, _ in table.values()}) == len(table)  # the text form reads them back
+
+
+def test_a_quantized_activation_trains_and_exports(tmp_path):
+    """A quantize/dequantize round trip on a detached activation (quantization error
+    measured in the loss): the joint graph holds qint8 values. It partitions in process
+    like eager, and its file goes through the CLI."""
+    import warnings
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = torch.tanh(self.lin(x))
+            q = torch.quantize_per_tensor(h.detach(), 0.05, 0, torch.qint8).dequantize()
+            return (h + 0.1 * q).pow(2).mean()
+
+    warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*deprecated")
+    torch.manual_seed(0)
+    m, x = M(), torch.randn(4, 16)
+    want = m(x)
+    want_grads = torch.autograd.grad(want, list(m.parameters()))
+    torch._dynamo.reset()
+    got = torch.compile(m, backend="fxremat", options={"compiler": "aot_eager"})(x)
+    got_grads = torch.autograd.grad(got, list(m.parameters()))
+    torch.testing.assert_close(got, want)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)
+    assert fxremat.partition_records()[-1].fallback is None
+    # The exported joint graph names qint8, and the CLI partitions it.
+    path = tmp_path / "q.json.gz"
+    fxremat.export_joint(m, x).save(path)
+    assert '"qint8"' in gzip.decompress(path.read_bytes()).decode()
+    cli = os.path.join(os.path.dirname(__file__), "..", "..", "build", "fxremat")
+    for args in (["partition", str(path), "-o", str(tmp_path / "out")], ["print", str(path), "-o", str(tmp_path / "q.fxir")],
+                 ["inspect", str(tmp_path / "q.fxir")]):
+        done = subprocess.run([cli, *args], capture_output=True, text=True)
+        assert done.returncode == 0, (args, done.stderr)
+    assert "torch.qint8)" in (tmp_path / "q.fxir").read_text()  # the argument in the text form, read back above
 
 
 def test_chalf_trains_through_partition_fn():
