@@ -579,6 +579,7 @@ class RecentNames {
 // Reads one JSON document into a Graph through a view V (Note [Two JSON front ends]).
 // Defined with LoadGraphFile below: a whole file, refused when over max_bytes
 // (Note [Input size limit]).
+constexpr size_t kNoLimit = std::numeric_limits<size_t>::max();
 Expected<std::string> ReadFileContents(const std::string& path, const std::function<void(size_t)>& on_size,
                                        size_t max_bytes);
 
@@ -1446,7 +1447,7 @@ Expected<std::pair<const SafetensorsEntry*, std::shared_ptr<const std::string>>>
   auto it = sidecars_.find(file);
   if (it == sidecars_.end()) {
     const std::string full = (std::filesystem::path(sidecar_dir_) / file).string();
-    Expected<std::string> contents = ReadFileContents(full, nullptr, std::numeric_limits<size_t>::max());
+    Expected<std::string> contents = ReadFileContents(full, nullptr, kNoLimit);
     if (!contents.ok())
       return Fail(JsonPath(path, "file"),
                   fmt::format("cannot read the constants file '{}': {}", file, contents.status().ToString()));
@@ -3031,21 +3032,27 @@ namespace {
 // they are read without the limit.
 constexpr size_t kMemoryPerTextByte = 8;
 
+// The limit FXREMAT_MAX_INPUT_BYTES sets, if it holds a number.
+std::optional<size_t> TextLimitFromEnv() {
+  const size_t limit = SizeFromEnv("FXREMAT_MAX_INPUT_BYTES", kNoLimit);
+  return limit == kNoLimit ? std::nullopt : std::optional<size_t>(limit);
+}
+
 size_t MaxTextBytes() {
-  size_t physical = std::numeric_limits<size_t>::max();
+  if (std::optional<size_t> limit = TextLimitFromEnv()) return *limit;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page_size > 0) physical = static_cast<size_t>(pages) * static_cast<size_t>(page_size);
-  return SizeFromEnv("FXREMAT_MAX_INPUT_BYTES", physical / kMemoryPerTextByte);
+  if (pages <= 0 || page_size <= 0) return kNoLimit;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page_size) / kMemoryPerTextByte;
 }
 
 Status TextTooLong(const std::string& path, std::string_view what, size_t limit) {
-  if (std::getenv("FXREMAT_MAX_INPUT_BYTES"))
+  if (TextLimitFromEnv())
     return Status::BadInput(fmt::format("{} more than {} bytes, the limit FXREMAT_MAX_INPUT_BYTES sets", what, limit),
                             path);
   return Status::BadInput(
-      fmt::format("{} more than {} bytes, more than this machine can load (loading a graph takes about {} bytes of "
-                  "memory per byte of its text, and the limit is an eighth of the machine's physical memory; "
-                  "FXREMAT_MAX_INPUT_BYTES=N sets another)",
+      fmt::format("{} more than {} bytes, more than this machine can load (loading a graph takes up to about {} "
+                  "bytes of memory per byte of its text, and the limit is an eighth of the machine's physical "
+                  "memory; FXREMAT_MAX_INPUT_BYTES=N sets another)",
                   what, limit, kMemoryPerTextByte),
       path);
 }
@@ -3117,11 +3124,13 @@ Expected<std::string> ReadFileContents(const std::string& path, const std::funct
   gzbuffer(f, 1 << 18);
   std::string contents;
   contents.reserve(expected + simdjson::SIMDJSON_PADDING + 1);
+  constexpr size_t kReadAhead = (1 << 16) + 1;
+  const size_t most_held = max_bytes > kNoLimit - kReadAhead ? kNoLimit : max_bytes + kReadAhead;
   size_t size = 0;
   while (true) {
     // Never more than a read past the limit (Note [Input size limit]).
     if (contents.size() - size < (1 << 16))
-      contents.resize(std::min(std::max<size_t>(contents.size() * 2, size + (1 << 16)), max_bytes + (1 << 16) + 1));
+      contents.resize(std::min(std::max<size_t>(contents.size() * 2, size + (1 << 16)), most_held));
     if (contents.size() < expected + 1) contents.resize(expected + 1);
     const size_t room = std::min<size_t>(contents.size() - size, 1u << 30);
     int n = gzread(f, contents.data() + size, static_cast<unsigned>(room));
