@@ -141,6 +141,21 @@ def test_the_threaded_front_is_the_single_threaded_one(path, tmp_path):
     assert fronts[0] == fronts[1]
 
 
+@pytest.mark.parametrize("path", [LLAMA] + FILES[-3:-1])
+def test_a_budget_solved_on_threads_is_the_single_threaded_one(path, tmp_path):
+    """Note [Candidates on several threads]: the candidates evaluated on worker threads
+    give one budget's partition byte for byte as one thread gives it."""
+    cli = os.path.join(REPO, "build", "fxremat")
+    outputs = []
+    for threads in ("1", "4"):
+        out = tmp_path / threads
+        done = subprocess.run([cli, "partition", path, "--config", "activation_memory_budget=0.3", "-o", str(out)],
+                              capture_output=True, text=True, env=dict(os.environ, FXREMAT_THREADS=threads))
+        assert done.returncode == 0, done.stderr
+        outputs.append([(out / name).read_bytes() for name in ("forward.json", "backward.json", "signature.json")])
+    assert outputs[0] == outputs[1]
+
+
 def test_python_pareto_matches_cli_and_plots(tmp_path):
     joint = fxremat.load(LLAMA)
     front = fxremat.pareto(joint, points=3, plot=tmp_path / "front.png")
