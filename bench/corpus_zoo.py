@@ -33,7 +33,15 @@ spatial transformer (affine_grid, grid_sample, unfold / fold, pixel_shuffle), co
 with trilinear upsampling, stft / istft with bucketize / searchsorted, checkpoint
 variants (no RNG state, tuple and dict outputs, nested), saved-tensor hooks, gradient
 hooks on intermediates, bf16 / fp16 parameters, a loss that leaves parameters without
-gradients, a 40-layer narrow MLP and a 4096-wide one. Every model is built from a config with random weights at test
+gradients, a 40-layer narrow MLP and a 4096-wide one; and a sixth batch: XLNet (two-stream
+attention with perm_mask / target_mapping), Reformer (LSH and local attention, reversible
+layers), BLOOM (ALiBi; also with a dynamic length), FNet (FFT mixing), Funnel (pooling),
+RWKV, SegFormer, Longformer (sliding chunks), a graph attention network (segment softmax
+by scatter_reduce / index_add), a capsule net with dynamic routing, an unrolled RK4 neural
+ODE, a PixelCNN with masked convs, flex_attention with a score_mod parameter and a block
+mask, buffers mutated through views, a weight tied across three modules with an int8
+dequantized linear and a qint8 round trip, 50 tiny LayerNorm+GELU layers, a sparse
+embedding gradient and a torch.func.grad gradient penalty. Every model is built from a config with random weights at test
 size (no download).
 
 ``build(name)`` returns ``(module, inputs, loss_fn)`` as corpus_check's own builders do;
@@ -189,6 +197,57 @@ def _transformers(name: str):
         return _lm(tf.MambaForCausalLM(tf.MambaConfig(vocab_size=V, hidden_size=32, state_size=8,
                                                       num_hidden_layers=2, expand=2, conv_kernel=4,
                                                       use_mambapy=False)), s=8)
+    if name == "xlnet":
+        m = tf.XLNetLMHeadModel(tf.XLNetConfig(vocab_size=V, d_model=32, n_layer=2, n_head=2, d_inner=64,
+                                               dropout=0.0, mem_len=None, attn_type="bi"))
+        ids = _ids(s=10)
+        perm = torch.zeros(2, 10, 10)
+        perm[:, :, -2:] = 1.0  # no position sees the last two tokens: they are predicted
+        tmap = torch.zeros(2, 2, 10)
+        tmap[:, 0, -2] = 1.0
+        tmap[:, 1, -1] = 1.0
+        return m, (ids, perm, tmap, ids[:, -2:].clone()), \
+            lambda m, i, p, t, lab: F.cross_entropy(m(input_ids=i, perm_mask=p, target_mapping=t).logits.flatten(0, 1),
+                                                    lab.flatten())
+    if name == "reformer":
+        # hash_seed: in training LSH attention draws its random rotations after
+        # torch.manual_seed(torch.seed()) (a nondeterministic seed, for the reversible
+        # layers' replay), so without a fixed hash seed two eager steps differ.
+        return _lm(tf.ReformerModelWithLMHead(tf.ReformerConfig(
+            vocab_size=V, hidden_size=32, num_attention_heads=2, attention_head_size=16, axial_pos_embds=False,
+            attn_layers=["local", "lsh"], feed_forward_size=64, local_attn_chunk_length=4, lsh_attn_chunk_length=4,
+            num_buckets=4, num_hashes=1, max_position_embeddings=16, is_decoder=True, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, local_attention_probs_dropout_prob=0.0,
+            lsh_attention_probs_dropout_prob=0.0, pad_token_id=0, eos_token_id=2, hash_seed=7)), s=16)
+    if name == "bloom":
+        return _lm(tf.BloomForCausalLM(tf.BloomConfig(vocab_size=V, hidden_size=32, n_layer=2, n_head=4,
+                                                      hidden_dropout=0.0, attention_dropout=0.0)))
+    if name == "fnet":
+        return _lm(tf.FNetForMaskedLM(tf.FNetConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2,
+                                                    intermediate_size=64, max_position_embeddings=32,
+                                                    hidden_dropout_prob=0.0, use_tpu_fourier_optimizations=False)))
+    if name == "funnel":
+        return _lm(tf.FunnelForMaskedLM(tf.FunnelConfig(vocab_size=V, block_sizes=[1, 1], num_decoder_layers=1,
+                                                        d_model=32, n_head=2, d_head=16, d_inner=64,
+                                                        hidden_dropout=0.0, attention_dropout=0.0,
+                                                        activation_dropout=0.0, max_position_embeddings=32)))
+    if name == "rwkv":
+        return _lm(tf.RwkvForCausalLM(tf.RwkvConfig(vocab_size=V, context_length=16, hidden_size=32,
+                                                    num_hidden_layers=2, attention_hidden_size=32,
+                                                    intermediate_size=64)), s=8)
+    if name == "segformer":
+        m = tf.SegformerForSemanticSegmentation(tf.SegformerConfig(
+            num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+            patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0,
+            drop_path_rate=0.0, decoder_hidden_size=32, num_labels=5))
+        return m, (torch.randn(2, 3, 32, 32), torch.randint(0, 5, (2, 32, 32))), \
+            lambda m, px, lab: m(pixel_values=px, labels=lab).loss
+    if name == "longformer":
+        return _lm(tf.LongformerForMaskedLM(tf.LongformerConfig(
+            vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            attention_window=4, max_position_embeddings=40, pad_token_id=1, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)), s=16)
     if name == "gpt2_gc":
         m = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=2, n_positions=32,
                                              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
@@ -2315,6 +2374,300 @@ class _ChunkAttn(nn.Module):
         return h.pow(2).mean(-1).sum() / (b * s)
 
 
+class _GAT(nn.Module):
+    """A two-layer graph attention network over an edge list given as an int64 input
+    (2, E): per-edge scores from index_select on source and target nodes, a softmax over
+    each node's incoming edges built from scatter_reduce(amax) / exp / index_add
+    (segment softmax), messages aggregated into new_zeros with index_add_, symmetric
+    degree normalization from scatter_add of ones, node classification."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Linear(16, 32, bias=False)
+        self.a1 = nn.Parameter(torch.randn(2, 32) * 0.3)
+        self.w2 = nn.Linear(32, 32, bias=False)
+        self.a2 = nn.Parameter(torch.randn(2, 32) * 0.3)
+        self.head = nn.Linear(32, 4)
+
+    @staticmethod
+    def _layer(x, src, dst, w, a, n):
+        h = w(x)
+        e = F.leaky_relu(h.index_select(0, src) @ a[0] + h.index_select(0, dst) @ a[1], 0.2)  # (E,)
+        emax = torch.full((n,), -1e9, dtype=e.dtype).scatter_reduce(0, dst, e.detach(), "amax")
+        ex = (e - emax.index_select(0, dst)).exp()
+        den = torch.zeros(n, dtype=e.dtype).index_add(0, dst, ex)
+        alpha = ex / den.index_select(0, dst).clamp(min=1e-9)
+        out = h.new_zeros(n, h.shape[1])
+        out.index_add_(0, dst, h.index_select(0, src) * alpha[:, None])
+        return out
+
+    def forward(self, x, edges, y):  # (10, 16), (2, E) int64, (10,)
+        n = x.shape[0]
+        src, dst = edges[0], edges[1]
+        deg = torch.zeros(n).scatter_add(0, dst, torch.ones_like(dst, dtype=torch.float)) + 1
+        norm = deg.rsqrt()[:, None]
+        h = F.elu(self._layer(x, src, dst, self.w1, self.a1, n)) * norm
+        h = h + F.elu(self._layer(h, src, dst, self.w2, self.a2, n))
+        return F.cross_entropy(self.head(h), y)
+
+
+class _CapsNet(nn.Module):
+    """A capsule network: conv primary capsules squashed, prediction vectors u_hat from an
+    einsum with a per-capsule-pair weight, three iterations of dynamic routing (routing
+    logits updated in place with agreement, u_hat detached in all but the last iteration),
+    a margin loss on capsule lengths and a masked reconstruction head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 16, 3, stride=2)
+        self.prim = nn.Conv2d(16, 4 * 8, 3, stride=2)  # 4 capsule maps of dim 8
+        self.W = nn.Parameter(torch.randn(1, 4 * 2 * 2, 3, 6, 8) * 0.1)
+        self.recon = nn.Sequential(nn.Linear(3 * 6, 32), nn.ReLU(), nn.Linear(32, 81), nn.Sigmoid())
+
+    @staticmethod
+    def _squash(s, dim=-1):
+        n2 = (s * s).sum(dim, keepdim=True)
+        return n2 / (1 + n2) * s / torch.sqrt(n2 + 1e-8)
+
+    def forward(self, x, y):  # (2, 1, 9, 9), (2,)
+        b = x.shape[0]
+        h = F.relu(self.conv(x))  # (b, 16, 4, 4)
+        p = self.prim(h)  # (b, 32, 1, 1)... see view
+        u = self._squash(p.view(b, 4, 8, -1).permute(0, 1, 3, 2).reshape(b, -1, 8))  # (b, 4, 8)
+        u = u.repeat(1, 4, 1)  # (b, 16, 8)
+        u_hat = torch.einsum("bicod,bid->bico", self.W.expand(b, -1, -1, -1, -1), u)  # (b, 16, 3, 6)
+        logits = torch.zeros(b, u_hat.shape[1], 3)
+        for it in range(3):
+            c = logits.softmax(-1)
+            uh = u_hat if it == 2 else u_hat.detach()
+            v = self._squash((c[..., None] * uh).sum(1))  # (b, 3, 6)
+            if it < 2:
+                logits.add_((uh * v[:, None]).sum(-1))
+        lengths = v.norm(dim=-1)
+        t = F.one_hot(y, 3).float()
+        margin = (t * F.relu(0.9 - lengths).pow(2) + 0.5 * (1 - t) * F.relu(lengths - 0.1).pow(2)).sum(-1).mean()
+        rec = self.recon((v * t[..., None]).flatten(1))
+        return margin + 0.05 * (rec - x.flatten(1)).pow(2).mean()
+
+
+class _NeuralODE(nn.Module):
+    """A neural ODE integrated by an unrolled fixed-step RK4 (5 steps): one dynamics MLP
+    called four times per step with the time concatenated as torch.full columns (a Python
+    float changing every call), the state carried across steps, and a final classifier;
+    plus an Euler-integrated second trajectory sharing the same weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(17, 32), nn.Tanh(), nn.Linear(32, 16))
+        self.head = nn.Linear(16, 3)
+
+    def _dyn(self, t, z):
+        return self.f(torch.cat([z, torch.full((z.shape[0], 1), t)], -1))
+
+    def forward(self, x, y):  # (8, 16), (8,)
+        z, dt = x, 0.2
+        for k in range(5):
+            t = k * dt
+            k1 = self._dyn(t, z)
+            k2 = self._dyn(t + dt / 2, z + dt / 2 * k1)
+            k3 = self._dyn(t + dt / 2, z + dt / 2 * k2)
+            k4 = self._dyn(t + dt, z + dt * k3)
+            z = z + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        e = x
+        for k in range(4):
+            e = e + 0.25 * self._dyn(k * 0.25, e)
+        return F.cross_entropy(self.head(z), y) + 0.1 * (z - e).pow(2).mean()
+
+
+class _MaskedConv(nn.Conv2d):
+    def __init__(self, kind, cin, cout, k):
+        super().__init__(cin, cout, k, padding=k // 2)
+        mask = torch.ones_like(self.weight)
+        mask[:, :, k // 2, k // 2 + (kind == "B"):] = 0
+        mask[:, :, k // 2 + 1:] = 0
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight * self.mask, self.bias, padding=self.padding)
+
+
+class _PixelCNN(nn.Module):
+    """A PixelCNN: a type-A masked 5x5 conv then three type-B masked 3x3 gated residual
+    blocks (weight * mask buffer in each forward, tanh * sigmoid gates from a chunk), 8
+    intensity levels as logits per pixel, cross_entropy over (B, 8, H, W)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = _MaskedConv("A", 1, 16, 5)
+        self.blocks = nn.ModuleList(_MaskedConv("B", 16, 32, 3) for _ in range(3))
+        self.proj = nn.ModuleList(nn.Conv2d(16, 16, 1) for _ in range(3))
+        self.out = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):  # (2, 1, 8, 8) integer levels in [0, 8) as floats
+        h = self.inp(x / 7.0)
+        for blk, proj in zip(self.blocks, self.proj):
+            a, g = blk(F.relu(h)).chunk(2, 1)
+            h = h + proj(torch.tanh(a) * torch.sigmoid(g))
+        return F.cross_entropy(self.out(F.relu(h)), x[:, 0].long())
+
+
+def _flex_rel_bias(bias):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[h, (q_idx - kv_idx).clamp(-7, 7) + 7]
+    return score_mod
+
+
+def _flex_causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+class _FlexAttn(nn.Module):
+    """torch.nn.attention.flex_attention with a score_mod reading a learned relative
+    position bias parameter (gradients through the captured tensor) and a causal
+    block mask from create_block_mask, beside F.scaled_dot_product_attention with
+    is_causal in a second layer; an MLP between them. Eager flex_attention has no CPU
+    backward, so the uncompiled forward (the reference) computes the same attention in
+    plain ops; the compiled one traces flex_attention's higher-order op."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv1 = nn.Linear(32, 96)
+        self.qkv2 = nn.Linear(32, 96)
+        self.o1 = nn.Linear(32, 32)
+        self.o2 = nn.Linear(32, 32)
+        self.rel = nn.Parameter(torch.randn(4, 15) * 0.5)
+        self.mlp = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+
+    @staticmethod
+    def _heads(t, b, s):
+        return t.view(b, s, 4, 8).transpose(1, 2)
+
+    def forward(self, x):  # (2, 16, 32)
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        b, s, _ = x.shape
+        q, k, v = (self._heads(t, b, s) for t in self.qkv1(x).chunk(3, -1))
+        if torch.compiler.is_compiling():
+            mask = create_block_mask(_flex_causal, None, None, s, s, device=x.device)
+            a = flex_attention(q, k, v, score_mod=_flex_rel_bias(self.rel), block_mask=mask)
+        else:  # eager flex_attention has no backward on the CPU: the same attention in plain ops
+            pos = torch.arange(s)
+            rel = self.rel[:, (pos[:, None] - pos[None]).clamp(-7, 7) + 7]  # (4, s, s)
+            sc = (q @ k.transpose(-1, -2)) * 8 ** -0.5 + rel
+            sc = sc.masked_fill(pos[:, None] < pos[None], float("-inf"))
+            a = sc.softmax(-1) @ v
+        h = x + self.o1(a.transpose(1, 2).reshape(b, s, 32))
+        h = h + self.mlp(h)
+        q, k, v = (self._heads(t, b, s) for t in self.qkv2(h).chunk(3, -1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = h + self.o2(a.transpose(1, 2).reshape(b, s, 32))
+        return h.pow(2).mean()
+
+
+class _BufferViewMut(nn.Module):
+    """Buffers mutated only through views of themselves: a row of a (2, 16) statistics
+    buffer updated with add_ through select, a strided slice of a histogram buffer
+    incremented through .view(-1)[::2], and a transposed view's diagonal filled; each
+    buffer then read (after its update) by the differentiable computation."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 4)
+        self.register_buffer("stats", torch.zeros(2, 16))
+        self.register_buffer("hist", torch.zeros(4, 4))
+        self.register_buffer("gate", torch.ones(16, 16))
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        with torch.no_grad():
+            self.stats[0].mul_(0.9).add_(h.mean(0), alpha=0.1)
+            self.stats[1].add_(1.0)
+            self.hist.view(-1)[::2] += h[:, :8].abs().sum(0)
+            self.gate.t().diagonal().mul_(0.5)
+        h = (h - self.stats[0]) * self.stats[1].rsqrt() @ self.gate
+        return self.b(h * self.hist.flatten()[None]).pow(2).mean()
+
+
+class _Tied3Int8(nn.Module):
+    """One weight tied across three modules (input embedding, output head and an auxiliary
+    head used on a detached-free intermediate), and an int8 weight-only quantized linear:
+    an int8 buffer dequantized by .float() times a learned per-channel scale, plus
+    torch.quantize_per_tensor / dequantize of a detached activation as a non-differentiable
+    side input."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, 16)
+        self.head = nn.Linear(16, V, bias=False)
+        self.aux = nn.Linear(16, V, bias=True)
+        self.head.weight = self.emb.weight
+        self.aux.weight = self.emb.weight
+        g = torch.Generator().manual_seed(3)
+        self.register_buffer("qw", torch.randint(-127, 128, (16, 16), generator=g, dtype=torch.int8))
+        self.scale = nn.Parameter(torch.full((16,), 0.01))
+        self.qb = nn.Parameter(torch.zeros(16))
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        w = self.qw.float() * self.scale[:, None]
+        h2 = F.gelu(F.linear(h, w, self.qb))
+        q = torch.quantize_per_tensor(h2.detach(), 0.05, 0, torch.qint8).dequantize()
+        h3 = h2 + 0.1 * q
+        lm = F.cross_entropy(self.head(h3).flatten(0, 1), ids.flatten())
+        aux = F.cross_entropy(self.aux(h).flatten(0, 1), ids.flatten())
+        return lm + 0.3 * aux
+
+
+class _TinyDeep(nn.Module):
+    """50 residual layers of LayerNorm(8) + GELU + Linear(8, 8): hundreds of tiny ops on
+    (4, 8) tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.LayerNorm(8), nn.GELU(), nn.Linear(8, 8)) for _ in range(50))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + 0.5 * layer(x)
+        return x.pow(2).mean()
+
+
+class _SparseEmb(nn.Module):
+    """nn.Embedding(sparse=True) (a sparse COO gradient) beside a dense one, mean-pooled
+    into a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.sp = nn.Embedding(V, 16, sparse=True)
+        self.de = nn.Embedding(V, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, ids, y):
+        h = torch.tanh(self.sp(ids) + self.de(ids)).mean(1)
+        return F.cross_entropy(self.head(h), y)
+
+
+class _GradPenalty(nn.Module):
+    """A WGAN-GP style loss: the critic's gradient with respect to an interpolated input,
+    its norm penalized, so the step's backward differentiates a backward. The inner
+    gradient is torch.func.grad (traced into the graph: the joint graph holds a forward,
+    its backward as forward ops, and their backward); torch.autograd.grad(create_graph=
+    True) would be a double backward through a compiled graph, which AOTAutograd refuses
+    ("does not currently support double backward") under every partitioner."""
+
+    def __init__(self):
+        super().__init__()
+        self.critic = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.SiLU(), nn.Linear(32, 1))
+
+    def forward(self, real, fake):
+        alpha = torch.linspace(0, 1, real.shape[0])[:, None]
+        mix = alpha * real + (1 - alpha) * fake
+        g = torch.func.grad(lambda z: self.critic(z).sum())(mix)
+        gp = (g.norm(dim=1) - 1).pow(2).mean()
+        return self.critic(fake).mean() - self.critic(real).mean() + 10 * gp
+
+
 def _hand_written(name: str):
     torch.manual_seed(0)
     if name == "ckpt":
@@ -2498,6 +2851,42 @@ def _hand_written(name: str):
         return _DictOut(), (torch.randn(8, 16), torch.randint(0, 5, (8,))), _dict_out_loss
     if name == "chunk_attn":
         return _ChunkAttn(), (torch.randn(2, 10, 16),), lambda m, x: m(x)
+    if name == "gnn_gat":
+        edges = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 2, 4, 6, 8, 1, 3, 3],
+                              [1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 5, 7, 9, 1, 3, 1, 0, 0]])
+        return _GAT(), (torch.randn(10, 16), edges, torch.randint(0, 4, (10,))), lambda m, x, e, y: m(x, e, y)
+    if name == "capsnet":
+        return _CapsNet(), (torch.rand(2, 1, 9, 9), torch.tensor([0, 2])), lambda m, x, y: m(x, y)
+    if name == "neural_ode":
+        return _NeuralODE(), (torch.randn(8, 16), torch.randint(0, 3, (8,))), lambda m, x, y: m(x, y)
+    if name == "pixelcnn":
+        return _PixelCNN(), (torch.randint(0, 8, (2, 1, 8, 8)).float(),), lambda m, x: m(x)
+    if name == "flex_attn":
+        # flex_attention refuses inputs that require grad on the CPU up front
+        # (_validate_device), though its higher-order op has a dense backward that
+        # AOTAutograd traces: let the compiled forward through on the CPU.
+        import torch.nn.attention.flex_attention as fa
+
+        if not getattr(fa._validate_device, "_corpus", False):
+            check = fa._validate_device
+
+            def _validate_device(q, k, v):
+                if q.device.type != "cpu":
+                    check(q, k, v)
+
+            _validate_device._corpus = True
+            fa._validate_device = _validate_device
+        return _FlexAttn(), (torch.randn(2, 16, 32),), lambda m, x: m(x)
+    if name == "buffer_view_mut":
+        return _BufferViewMut(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "tied3_int8":
+        return _Tied3Int8(), (_ids(),), lambda m, ids: m(ids)
+    if name == "tiny_deep":
+        return _TinyDeep(), (torch.randn(4, 8),), lambda m, x: m(x)
+    if name == "sparse_emb":
+        return _SparseEmb(), (_ids(4, 6), torch.tensor([0, 1, 2, 3])), lambda m, ids, y: m(ids, y)
+    if name == "grad_penalty":
+        return _GradPenalty(), (torch.randn(6, 16), torch.randn(6, 16)), lambda m, r, f: m(r, f)
     raise KeyError(name)
 
 
@@ -2513,12 +2902,15 @@ HAND_WRITTEN = ("ckpt", "ckpt_dropout", "mha", "sdpa", "embbag", "inplace2", "bu
                 "partial_loss", "deep_mlp", "wide_mlp",
                 "norm_zoo", "bn_eval_mix", "reuse_views", "scatter_reduce", "cum_chain", "order_stats", "alibi_t5",
                 "diffusion_unet", "rnn_cells", "moe_top2", "perceiver", "orthogonal", "pad_interp", "einsum_diag",
-                "activations", "random_acts", "cdist_counts", "ema_teacher", "dict_out", "chunk_attn")
+                "activations", "random_acts", "cdist_counts", "ema_teacher", "dict_out", "chunk_attn",
+                "gnn_gat", "capsnet", "neural_ode", "pixelcnn", "flex_attn", "buffer_view_mut", "tied3_int8",
+                "tiny_deep", "sparse_emb", "grad_penalty")
 MODELS = ["distilbert", "roberta", "deberta_v2", "electra", "whisper", "wav2vec2", "hubert", "convnext", "swin",
           "mobilenet_v2", "efficientnet", "clip_text", "clip_vision", "gpt_neox", "falcon", "phi", "qwen2", "gemma",
           "mistral", "qwen2_moe", "olmoe", "mamba", "gpt2_gc", "gpt2_dropout", "gpt2_gc_dropout",
           *HAND_WRITTEN, "qwen2_dynamic", "sdpa_dynamic", "cnn_dynamic", "tfm_block_dynamic",
-          "chunk_attn_dynamic"]
+          "chunk_attn_dynamic",
+          "xlnet", "reformer", "bloom", "fnet", "funnel", "rwkv", "segformer", "longformer", "bloom_dynamic"]
 RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise", "gumbel_sample", "vae_rsample", "random_acts")
 SCALAR_OUTPUTS = ("while_loop", "hop_map", "scan_rnn")  # built with torch._dynamo.config.capture_scalar_outputs
 
