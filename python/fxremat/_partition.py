@@ -156,8 +156,26 @@ def partition_document(document: dict, partitioner: str, options: dict[str, str]
     when the extension predates them. ``brief``: for a caller that holds the joint
     graph (partition_fn), a node copied from it comes back as its name, op, target and
     recompute decision only (``GraphToJsonBrief``), most of the answer's size; the
-    full documents serve such a caller as well (the dict path below)."""
+    full documents serve such a caller as well (the dict path below).
+
+    The C++ reader refusing the document fxremat's encoder wrote raises
+    :class:`UnsupportedGraphError` (Note [Refused joint documents] in
+    src/python/bindings.cpp): the graph holds something the format cannot carry yet,
+    which ``fallback=True`` hands to PyTorch's partitioner."""
     _C = _extension()
+    document_error = getattr(_C, "DocumentError", None)
+    if document_error is None:
+        return _partition_document(_C, document, partitioner, options, request, brief)
+    try:
+        return _partition_document(_C, document, partitioner, options, request, brief)
+    except document_error as e:
+        from ._errors import UnsupportedGraphError
+
+        raise UnsupportedGraphError(f"fxremat's reader refuses the joint graph's document: {e}") from e
+
+
+def _partition_document(_C, document: dict, partitioner: str, options: dict[str, str],
+                        request: PipelineRequest | None, brief: bool) -> tuple[dict, dict, dict]:
     request = request or PipelineRequest()
     # The document goes over as JSON text and the answers come back as JSON text:
     # json's C encoder and decoder, C++'s simdjson reader and streaming writer beat

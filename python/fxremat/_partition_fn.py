@@ -1184,7 +1184,8 @@ def partition_fn(partitioner: str = "mincut", options: dict | None = None, *, po
     ``dump_dir``: write every
     partition's graphs, signature and residual report to a new directory under it.
     ``fallback``: for a joint graph the format cannot encode (opaque objects, dict
-    arguments), use PyTorch's partitioner of the same name (with the min-cut
+    arguments), or whose document fxremat's reader refuses (Note [Refused joint
+    documents] in src/python/bindings.cpp), use PyTorch's partitioner of the same name (with the min-cut
     ``options`` as config patches) and warn, naming what that drops (the policy, offload
     settings, ``dump_dir``), instead of raising :class:`fxremat.UnsupportedGraphError`.
     ``pareto_dir`` (``"mincut"``): for every joint graph, its step-peak / recompute-cost

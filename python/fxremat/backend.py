@@ -49,9 +49,9 @@ Options (``options={...}``), all optional:
                             ``front.svg`` to a new directory under it (mincut only;
                             disables the AOTAutograd cache like ``dump_dir``)
 ``fallback``                ``True``: graphs the format cannot encode (opaque inputs
-                            such as ``BackwardState``, dict arguments such as
-                            flex_attention's kernel options) go to PyTorch's
-                            partitioner, with a warning
+                            such as ``BackwardState``), or whose document
+                            fxremat's reader refuses (a dtype or value it does not
+                            know yet), go to PyTorch's partitioner, with a warning
 min-cut options             ``torch._functorch.config`` names, passed to the C++ min cut:
                             ``recompute_views``, ``aggressive_recomputation``,
                             ``ban_recompute_*``, ``treat_parameters_as_free_to_save``,

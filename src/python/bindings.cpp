@@ -35,6 +35,23 @@ T Unwrap(Expected<T> e) {
   return std::move(e).value();
 }
 
+// Note [Refused joint documents]
+// The reader refusing the joint graph's document -- not the options, not the
+// partition -- raises fxremat._C.DocumentError, a ValueError: partition_fn's
+// document comes from fxremat's own encoder, so a refusal means the graph
+// holds something the format cannot carry yet (as "unknown dtype 'qint8'" did
+// before every dtype was in the table), and Python turns it into
+// UnsupportedGraphError, which fallback=True hands to PyTorch's partitioner.
+struct DocumentError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <typename T>
+T UnwrapDocument(Expected<T> e) {
+  if (!e.ok()) throw DocumentError(e.status().ToString());
+  return std::move(e).value();
+}
+
 // Python objects (what fxremat.to_json builds) -> nlohmann values, without
 // text. Errors are fxremat's ValueError naming the document path: a value
 // nested deeper than kMaxJsonDepth, an int outside int64, a key that is not a
@@ -145,7 +162,7 @@ Partition RunWithoutGil(const Graph& joint, const PartitionRequest& request) {
 std::unique_ptr<Graph> Parse(const std::string& text) {
   size_t first = text.find_first_not_of(" \t\r\n");
   bool is_text = first != std::string::npos && (text[first] == '#' || text[first] == 'd');
-  return Unwrap(is_text ? ParseGraph(text) : GraphFromJson(text));
+  return UnwrapDocument(is_text ? ParseGraph(text) : GraphFromJson(text));
 }
 
 }  // namespace
@@ -190,6 +207,7 @@ static bool CopiedFromJoint(const Node& n, const Graph& joint) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "fxremat C++ core (IR, I/O, partitioners)";
+  py::register_exception<DocumentError>(m, "DocumentError", PyExc_ValueError);
   m.attr("__version__") = FXREMAT_VERSION;
   m.def("to_text", [](const std::string& graph) { return Text(PrintGraph(*Parse(graph))); },
         py::arg("graph"), "IR text form of a graph given as JSON or text.");
@@ -230,7 +248,7 @@ PYBIND11_MODULE(_C, m) {
           py::gil_scoped_release release;
           joint = GraphFromJsonDocument(doc);
         }
-        std::unique_ptr<Graph> graph = Unwrap(std::move(joint));
+        std::unique_ptr<Graph> graph = UnwrapDocument(std::move(joint));
         Partition p = RunWithoutGil(*graph, request);
         return py::make_tuple(ToPython(GraphToJsonDocument(*p.forward)), ToPython(GraphToJsonDocument(*p.backward)),
                               ToPython(SignatureToJsonDocument(p.signature)));

@@ -498,6 +498,31 @@ def test_an_encoder_failure_names_the_node_and_may_fall_back(monkeypatch, fresh_
     torch.testing.assert_close(x.grad, 2 * x.detach().cos())
 
 
+def test_a_document_the_reader_refuses_may_fall_back(monkeypatch, fresh_compile_state):
+    """Note [Refused joint documents]: when the C++ reader refuses the document the
+    encoder wrote (a dtype the table lacked: "unknown dtype 'qint8'" before every
+    dtype was in it), partition_fn raises UnsupportedGraphError with the reader's
+    message, and fallback=True hands the graph to PyTorch's partitioner."""
+    from fxremat import _format
+
+    real = _format._dtype_name
+    monkeypatch.setattr(_format, "_dtype_name",
+                        lambda d: "float_from_the_future" if d == torch.float32 else real(d))
+
+    def f(x):
+        return (x.sin() * 2).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    with pytest.raises(Exception, match=r"fxremat's reader refuses the joint graph's document: .*unknown dtype "
+                                        r"'float_from_the_future'.*'fallback': True"):
+        torch.compile(f, backend="fxremat", options={"compiler": "aot_eager"})(x).backward()
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="PyTorch's"):
+        torch.compile(f, backend="fxremat", options={"compiler": "aot_eager", "fallback": True})(x).backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach().cos())
+    assert "unknown dtype 'float_from_the_future'" in partition_records()[-1].fallback
+
+
 class _SparseEmbedding(torch.nn.Module):
     def __init__(self):
         super().__init__()
