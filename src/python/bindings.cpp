@@ -53,19 +53,20 @@ T UnwrapDocument(Expected<T> e) {
 }
 
 // Python objects (what fxremat.to_json builds) -> nlohmann values, without
-// text. Errors are fxremat's ValueError naming the document path: a value
+// text. Errors are DocumentError (a ValueError, Note [Refused joint
+// documents]) naming the document path: a value
 // nested deeper than kMaxJsonDepth, an int outside int64, a key that is not a
 // string, an object of another type.
 nlohmann::json FromPython(const py::handle& o, const std::string& path = "$", int depth = 0) {
   if (depth > kMaxJsonDepth)
-    throw py::value_error(fmt::format("fxremat: {}: the document nests deeper than {} levels", path, kMaxJsonDepth));
+    throw DocumentError(fmt::format("fxremat: {}: the document nests deeper than {} levels", path, kMaxJsonDepth));
   if (o.is_none()) return nullptr;
   if (py::isinstance<py::bool_>(o)) return o.cast<bool>();
   if (py::isinstance<py::int_>(o)) {
     int overflow = 0;
     const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
     if (overflow != 0)
-      throw py::value_error(fmt::format("fxremat: {}: the integer {} is outside int64", path,
+      throw DocumentError(fmt::format("fxremat: {}: the integer {} is outside int64", path,
                                         std::string(py::str(o)).substr(0, 40)));
     return static_cast<int64_t>(v);
   }
@@ -75,7 +76,7 @@ nlohmann::json FromPython(const py::handle& o, const std::string& path = "$", in
     const char* utf8 = PyUnicode_AsUTF8AndSize(o.ptr(), &size);
     if (!utf8) {
       PyErr_Clear();
-      throw py::value_error(fmt::format("fxremat: {}: a string that is not valid Unicode (lone surrogates)", path));
+      throw DocumentError(fmt::format("fxremat: {}: a string that is not valid Unicode (lone surrogates)", path));
     }
     return std::string(utf8, static_cast<size_t>(size));
   }
@@ -83,7 +84,7 @@ nlohmann::json FromPython(const py::handle& o, const std::string& path = "$", in
     nlohmann::json j = nlohmann::json::object();
     for (auto item : o.cast<py::dict>()) {
       if (!py::isinstance<py::str>(item.first))
-        throw py::value_error(fmt::format("fxremat: {}: a key that is not a string", path));
+        throw DocumentError(fmt::format("fxremat: {}: a key that is not a string", path));
       std::string key = FromPython(item.first, path, depth + 1).get<std::string>();
       j[key] = FromPython(item.second, path + "." + key, depth + 1);
     }

@@ -521,6 +521,12 @@ def test_a_document_the_reader_refuses_may_fall_back(monkeypatch, fresh_compile_
         torch.compile(f, backend="fxremat", options={"compiler": "aot_eager", "fallback": True})(x).backward()
     torch.testing.assert_close(x.grad, 2 * x.detach().cos())
     assert "unknown dtype 'float_from_the_future'" in partition_records()[-1].fallback
+    # The document handed over as Python objects (the path for values json cannot
+    # write) is refused the same way.
+    from fxremat._partition import partition_document
+    with pytest.raises(fxremat.UnsupportedGraphError, match=r"refuses the joint graph's document: .*outside int64"):
+        partition_document({"format": "fxremat.graph", "version": [1, 6], "n": 2**70, "opaque": object()},
+                           "mincut", {})
 
 
 class _SparseEmbedding(torch.nn.Module):
