@@ -41,6 +41,24 @@ static unsigned SolverThreads() {
   return std::min(cores, 4u);
 }
 
+// fn(i) for every i in [0, count), on up to `threads` threads (this one
+// among them), each taking the next index; fewer when a thread cannot start.
+template <typename Fn>
+void ForEachOnThreads(unsigned threads, size_t count, const Fn& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < count;) fn(i);
+  };
+  std::vector<std::thread> pool;
+  try {
+    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    // Fewer threads: the others take what is left.
+  }
+  work();
+  for (std::thread& t : pool) t.join();
+}
+
 bool WantsPeakBudget(const MinCutOptions& options) {
   return options.budget_objective == "peak" &&
          (options.memory_budget_bytes.has_value() || options.activation_memory_budget < 1.0);
@@ -566,18 +584,7 @@ class BudgetSolver {
     const unsigned threads = std::min<unsigned>(SolverThreads(), static_cast<unsigned>(sets.size()));
     if (threads < 2) return;
     PrepareForThreads();
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i; (i = next++) < sets.size();) (void)Evaluate(*sets[i]);
-    };
-    std::vector<std::thread> pool;
-    try {
-      for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      // Fewer threads: the others evaluate what is left.
-    }
-    work();
-    for (std::thread& t : pool) t.join();
+    ForEachOnThreads(threads, sets.size(), [&](size_t i) { (void)Evaluate(*sets[i]); });
   }
 
   // Note [Peak descent]
@@ -1818,15 +1825,8 @@ Expected<std::vector<FrontPoint>> PeakFront(const Graph& prepared, const MinCutO
   const unsigned threads = options.budget_milp_max_variables > 0 ? 1u
                                                                   : std::min(SolverThreads(), static_cast<unsigned>(points));
   std::vector<std::optional<Expected<BudgetSolver::Candidate>>> chosen(static_cast<size_t>(points));
-  std::atomic<int> next{0};
-  auto work = [&] {
-    for (int i; (i = next++) < points;) chosen[static_cast<size_t>(i)] = solver.Choose(targets[static_cast<size_t>(i)]);
-  };
   solver.PrepareForThreads();
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  ForEachOnThreads(threads, static_cast<size_t>(points), [&](size_t i) { chosen[i] = solver.Choose(targets[i]); });
   for (int i = 0; i < points; ++i) {
     Expected<BudgetSolver::Candidate>& c = *chosen[static_cast<size_t>(i)];
     if (!c.ok()) return c.status();

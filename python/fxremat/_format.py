@@ -1016,11 +1016,12 @@ def _move_large_constants(doc: dict, file_name: str) -> bytes | None:
     safetensors file named ``file_name`` (returned; None when there is none). The
     bytes equal what the C++ writer makes: keys sorted, compact header padded to 8."""
     large = {}
+    safetensors_dtypes = _safetensors_dtypes()
     for key, c in (doc.get("constants") or {}).items():
         data = c.get("data")
         # Note [Dtypes without a safetensors name]: such constants stay inline.
         if data is not None and len(data) * 3 // 4 > INLINE_CONSTANT_BYTES and \
-                _safetensors_dtypes().get(c["val"]["dtype"]):
+                safetensors_dtypes.get(c["val"]["dtype"]):
             large[key] = base64.b64decode(data)
     if not large:
         return None
@@ -1029,7 +1030,7 @@ def _move_large_constants(doc: dict, file_name: str) -> bytes | None:
     for key in sorted(large):
         c = doc["constants"][key]
         shape = [int(d) for d in c["val"]["shape"]]
-        header[key] = {"dtype": _safetensors_dtypes()[c["val"]["dtype"]], "shape": shape,
+        header[key] = {"dtype": safetensors_dtypes[c["val"]["dtype"]], "shape": shape,
                        "data_offsets": [offset, offset + len(large[key])]}
         offset += len(large[key])
         del c["data"]
@@ -1188,23 +1189,24 @@ def _read_doc(path: str | os.PathLike) -> dict:
     with open(path, "rb") as f:
         gzipped = f.read(2) == b"\x1f\x8b"
         f.seek(0)
-        raw = b"" if gzipped else f.read(limit + 1)
-    if gzipped:
-        # Inflated a piece at a time, never past the limit (a gzip file's stated
-        # length is only its word).
-        parts, size = [], 0
-        try:
-            with gzip.open(path, "rb") as g:
-                while piece := g.read(1 << 24):
-                    size += len(piece)
-                    if size > limit:
-                        raise _too_long(path, "the file inflates to", limit)
-                    parts.append(piece)
-        except (OSError, EOFError, zlib.error) as e:
-            raise FormatError(f"{path}: corrupt gzip data: {e}") from None
-        raw = b"".join(parts)
-    elif len(raw) > limit:
-        raise _too_long(path, "the file is", limit)
+        if gzipped:
+            # Inflated a piece at a time, never past the limit (a gzip file's stated
+            # length is only its word).
+            parts, size = [], 0
+            try:
+                with gzip.GzipFile(fileobj=f, mode="rb") as g:
+                    while piece := g.read(1 << 24):
+                        size += len(piece)
+                        if size > limit:
+                            raise _too_long(path, "the file inflates to", limit)
+                        parts.append(piece)
+            except (OSError, EOFError, zlib.error) as e:
+                raise FormatError(f"{path}: corrupt gzip data: {e}") from None
+            raw = b"".join(parts)
+        else:
+            raw = f.read(limit + 1)
+            if len(raw) > limit:
+                raise _too_long(path, "the file is", limit)
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

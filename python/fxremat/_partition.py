@@ -163,12 +163,9 @@ def partition_document(document: dict, partitioner: str, options: dict[str, str]
     src/python/bindings.cpp): the graph holds something the format cannot carry yet,
     which ``fallback=True`` hands to PyTorch's partitioner."""
     _C = _extension()
-    document_error = getattr(_C, "DocumentError", None)
-    if document_error is None:
-        return _partition_document(_C, document, partitioner, options, request, brief)
     try:
         return _partition_document(_C, document, partitioner, options, request, brief)
-    except document_error as e:
+    except getattr(_C, "DocumentError", ()) as e:  # () catches nothing: an extension that predates it
         from ._errors import UnsupportedGraphError
 
         raise UnsupportedGraphError(f"fxremat's reader refuses the joint graph's document: {e}") from e
