@@ -27,65 +27,27 @@ struct DTypeEntry {
   std::string_view short_name;  // as FX prints it in type annotations
   int64_t item_size;
   std::string_view safetensors;  // the safetensors header's dtype name
+  bool floating;                 // float or complex
 };
 
-constexpr std::array<DTypeEntry, 46> kDTypes = {{
-    {DType::kFloat64, "float64", "f64", 8, "F64"},
-    {DType::kFloat32, "float32", "f32", 4, "F32"},
-    {DType::kFloat16, "float16", "f16", 2, "F16"},
-    {DType::kBFloat16, "bfloat16", "bf16", 2, "BF16"},
-    {DType::kInt64, "int64", "i64", 8, "I64"},
-    {DType::kInt32, "int32", "i32", 4, "I32"},
-    {DType::kInt16, "int16", "i16", 2, "I16"},
-    {DType::kInt8, "int8", "i8", 1, "I8"},
-    {DType::kUInt8, "uint8", "u8", 1, "U8"},
-    {DType::kBool, "bool", "b8", 1, "BOOL"},
-    {DType::kComplex64, "complex64", "c64", 8, "C64"},
-    {DType::kComplex128, "complex128", "c128", 16, "C128"},
-    {DType::kFloat8E4M3FN, "float8_e4m3fn", "f8e4m3fn", 1, "F8_E4M3"},
-    {DType::kFloat8E5M2, "float8_e5m2", "f8e5m2", 1, "F8_E5M2"},
-    {DType::kComplex32, "complex32", "c32", 4, "C32"},
-    {DType::kUInt16, "uint16", "u16", 2, "U16"},
-    {DType::kUInt32, "uint32", "u32", 4, "U32"},
-    {DType::kUInt64, "uint64", "u64", 8, "U64"},
-    {DType::kFloat8E4M3FNUZ, "float8_e4m3fnuz", "f8e4m3fnuz", 1, "F8_E4M3FNUZ"},
-    {DType::kFloat8E5M2FNUZ, "float8_e5m2fnuz", "f8e5m2fnuz", 1, "F8_E5M2FNUZ"},
-    {DType::kFloat8E8M0FNU, "float8_e8m0fnu", "f8e8m0fnu", 1, "F8_E8M0"},
-    // No safetensors name: constants of these stay inline in the document
-    // (Note [Dtypes without a safetensors name]). Short names as FX's
-    // dtype_abbrs where it has one.
-    {DType::kQInt8, "qint8", "qi8", 1, ""},
-    {DType::kQUInt8, "quint8", "qu8", 1, ""},
-    {DType::kQInt32, "qint32", "qi32", 4, ""},
-    {DType::kQUInt4x2, "quint4x2", "qu4x2", 1, ""},
-    {DType::kQUInt2x4, "quint2x4", "qu2x4", 1, ""},
-    {DType::kBits1x8, "bits1x8", "b1x8", 1, ""},
-    {DType::kBits2x4, "bits2x4", "b2x4", 1, ""},
-    {DType::kBits4x2, "bits4x2", "b4x2", 1, ""},
-    {DType::kBits8, "bits8", "b8x1", 1, ""},
-    {DType::kBits16, "bits16", "b16x1", 2, ""},
-    {DType::kFloat4E2M1FNx2, "float4_e2m1fn_x2", "f4e2m1fnx2", 1, ""},
-    {DType::kInt1, "int1", "i1", 1, ""},
-    {DType::kInt2, "int2", "i2", 1, ""},
-    {DType::kInt3, "int3", "i3", 1, ""},
-    {DType::kInt4, "int4", "i4", 1, ""},
-    {DType::kInt5, "int5", "i5", 1, ""},
-    {DType::kInt6, "int6", "i6", 1, ""},
-    {DType::kInt7, "int7", "i7", 1, ""},
-    {DType::kUInt1, "uint1", "u1", 1, ""},
-    {DType::kUInt2, "uint2", "u2", 1, ""},
-    {DType::kUInt3, "uint3", "u3", 1, ""},
-    {DType::kUInt4, "uint4", "u4", 1, ""},
-    {DType::kUInt5, "uint5", "u5", 1, ""},
-    {DType::kUInt6, "uint6", "u6", 1, ""},
-    {DType::kUInt7, "uint7", "u7", 1, ""},
-}};
+constexpr DTypeEntry kDTypes[] = {
+#define FXREMAT_DTYPE(enumerator, name, short_name, item_size, safetensors, floating, c10_scalar_type) \
+  {DType::enumerator, name, short_name, item_size, safetensors, floating},
+#include "fxremat/dtypes.def"
+};
+
+// The table is indexed by the enum: both come from dtypes.def, in its order.
+constexpr bool TableInEnumOrder() {
+  for (size_t i = 0; i < std::size(kDTypes); ++i)
+    if (static_cast<size_t>(kDTypes[i].dtype) != i) return false;
+  return true;
+}
+static_assert(TableInEnumOrder());
 
 const DTypeEntry& Entry(DType dtype) {
-  for (const DTypeEntry& e : kDTypes)
-    if (e.dtype == dtype) return e;
-  assert(false && "unknown DType");
-  return kDTypes[0];
+  const size_t index = static_cast<size_t>(dtype);
+  assert(index < std::size(kDTypes) && "unknown DType");
+  return kDTypes[index < std::size(kDTypes) ? index : 0];
 }
 
 }  // namespace
@@ -111,17 +73,7 @@ std::optional<DType> DTypeFromShortName(std::string_view short_name) {
   return std::nullopt;
 }
 
-bool DTypeIsFloating(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64: case DType::kFloat32: case DType::kFloat16: case DType::kBFloat16:
-    case DType::kComplex64: case DType::kComplex128: case DType::kFloat8E4M3FN:
-    case DType::kFloat8E5M2: case DType::kComplex32: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2FNUZ:
-    case DType::kFloat8E8M0FNU: case DType::kFloat4E2M1FNx2:
-      return true;
-    default:
-      return false;
-  }
-}
+bool DTypeIsFloating(DType dtype) { return Entry(dtype).floating; }
 bool DTypeIsIntegral(DType dtype) { return !DTypeIsFloating(dtype); }
 
 int64_t TensorFacts::numel() const {

@@ -30,15 +30,10 @@ class Graph;
 // Tensor facts
 // ---------------------------------------------------------------------------
 
+// Every dtype torch 2.13 has, from the one list (fxremat/dtypes.def).
 enum class DType : uint8_t {
-  kFloat64, kFloat32, kFloat16, kBFloat16, kInt64, kInt32, kInt16, kInt8, kUInt8,
-  kBool, kComplex64, kComplex128, kFloat8E4M3FN, kFloat8E5M2,
-  // Every other dtype torch 2.13 has (op_db's chalf makes complex32 values).
-  kComplex32, kUInt16, kUInt32, kUInt64, kFloat8E4M3FNUZ, kFloat8E5M2FNUZ, kFloat8E8M0FNU,
-  // Quantized, packed-bit and sub-byte dtypes: a joint graph may hold them
-  // (quantize_per_tensor on a detached activation) though they carry no gradient.
-  kQInt8, kQUInt8, kQInt32, kQUInt4x2, kQUInt2x4, kBits1x8, kBits2x4, kBits4x2, kBits8, kBits16, kFloat4E2M1FNx2,
-  kInt1, kInt2, kInt3, kInt4, kInt5, kInt6, kInt7, kUInt1, kUInt2, kUInt3, kUInt4, kUInt5, kUInt6, kUInt7,
+#define FXREMAT_DTYPE(enumerator, ...) enumerator,
+#include "fxremat/dtypes.def"
 };
 
 // "float32" (torch's name without "torch.").

@@ -81,52 +81,10 @@ std::string ErrorText(const std::exception& e) {
 
 at::ScalarType ToScalarType(DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return at::kDouble;
-    case DType::kFloat32: return at::kFloat;
-    case DType::kFloat16: return at::kHalf;
-    case DType::kBFloat16: return at::kBFloat16;
-    case DType::kInt64: return at::kLong;
-    case DType::kInt32: return at::kInt;
-    case DType::kInt16: return at::kShort;
-    case DType::kInt8: return at::kChar;
-    case DType::kUInt8: return at::kByte;
-    case DType::kBool: return at::kBool;
-    case DType::kComplex64: return at::kComplexFloat;
-    case DType::kComplex128: return at::kComplexDouble;
-    case DType::kFloat8E4M3FN: return at::ScalarType::Float8_e4m3fn;
-    case DType::kFloat8E5M2: return at::ScalarType::Float8_e5m2;
-    case DType::kComplex32: return at::kComplexHalf;
-    case DType::kUInt16: return at::kUInt16;
-    case DType::kUInt32: return at::kUInt32;
-    case DType::kUInt64: return at::kUInt64;
-    case DType::kFloat8E4M3FNUZ: return at::ScalarType::Float8_e4m3fnuz;
-    case DType::kFloat8E5M2FNUZ: return at::ScalarType::Float8_e5m2fnuz;
-    case DType::kFloat8E8M0FNU: return at::ScalarType::Float8_e8m0fnu;
-    case DType::kQInt8: return at::ScalarType::QInt8;
-    case DType::kQUInt8: return at::ScalarType::QUInt8;
-    case DType::kQInt32: return at::ScalarType::QInt32;
-    case DType::kQUInt4x2: return at::ScalarType::QUInt4x2;
-    case DType::kQUInt2x4: return at::ScalarType::QUInt2x4;
-    case DType::kBits1x8: return at::ScalarType::Bits1x8;
-    case DType::kBits2x4: return at::ScalarType::Bits2x4;
-    case DType::kBits4x2: return at::ScalarType::Bits4x2;
-    case DType::kBits8: return at::ScalarType::Bits8;
-    case DType::kBits16: return at::ScalarType::Bits16;
-    case DType::kFloat4E2M1FNx2: return at::ScalarType::Float4_e2m1fn_x2;
-    case DType::kInt1: return at::ScalarType::Int1;
-    case DType::kInt2: return at::ScalarType::Int2;
-    case DType::kInt3: return at::ScalarType::Int3;
-    case DType::kInt4: return at::ScalarType::Int4;
-    case DType::kInt5: return at::ScalarType::Int5;
-    case DType::kInt6: return at::ScalarType::Int6;
-    case DType::kInt7: return at::ScalarType::Int7;
-    case DType::kUInt1: return at::ScalarType::UInt1;
-    case DType::kUInt2: return at::ScalarType::UInt2;
-    case DType::kUInt3: return at::ScalarType::UInt3;
-    case DType::kUInt4: return at::ScalarType::UInt4;
-    case DType::kUInt5: return at::ScalarType::UInt5;
-    case DType::kUInt6: return at::ScalarType::UInt6;
-    case DType::kUInt7: return at::ScalarType::UInt7;
+#define FXREMAT_DTYPE(enumerator, name, short_name, item_size, safetensors, floating, c10_scalar_type) \
+  case DType::enumerator:                                                                            \
+    return at::ScalarType::c10_scalar_type;
+#include "fxremat/dtypes.def"
   }
   return at::kFloat;
 }
