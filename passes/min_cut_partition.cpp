@@ -565,8 +565,9 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
     double v = std::strtod(value.c_str(), &end);
     // Beyond int64 (or nan) the cast would be undefined; any distance above
     // the graph's size means "no limit" anyway.
-    if (value.empty() || *end != '\0' || !(v >= -9.2e18 && v <= 9.2e18))
-      return Status::BadInput(fmt::format("option {} takes a number of nodes, not '{}'", name, value));
+    // A whole number (functorch's knob is an int): 2.5 would be truncated silently.
+    if (value.empty() || *end != '\0' || !(v >= -9.2e18 && v <= 9.2e18) || v != std::floor(v))
+      return Status::BadInput(fmt::format("option {} takes a whole number of nodes, not '{}'", name, value));
     options.max_dist_from_bw = static_cast<int64_t>(v);
     return Status::Ok();
   }

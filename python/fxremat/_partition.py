@@ -106,6 +106,28 @@ def _document_text(joint: Any) -> str:
     return dumps(_document(joint))
 
 
+def flag_option(name: str, value: Any, who: str = "fxremat") -> bool:
+    """An on/off option's value: a bool, 0 or 1, or the texts the C++ options take
+    ("true"/"True"/"1", "false"/"False"/"0"). Anything else is an error: ``bool()``
+    would read the text "false" as on."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value in ("true", "True", "1"):
+        return True
+    if isinstance(value, str) and value in ("false", "False", "0"):
+        return False
+    raise ValueError(f"{who}: option {name} takes True or False, not {value!r}")
+
+
+def check_mincut_options(options: dict[str, str]) -> None:
+    """Checks min-cut options (``{name: text}``) with the C++ reader of options, so a
+    bad value is an error when the options are given, not at the first compile."""
+    if options:
+        _extension().check_options(options)
+
+
 def _option_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -137,10 +159,12 @@ class PipelineRequest:
 
         if offload_target not in OFFLOAD_TARGETS:
             raise ValueError(f"fxremat: unknown offload_target {offload_target!r} (available: {', '.join(OFFLOAD_TARGETS)})")
+        barrier = flag_option("barrier", barrier)
+        keep_annotations = flag_option("keep_annotations", keep_annotations)
         if barrier and offload_target != "xla":
             raise ValueError("fxremat: barrier=True inserts xla::optimization_barrier and needs offload_target='xla'")
         doc = as_policy_json(policy)
-        return cls(None if doc is None else json.dumps(doc), offload_target, bool(barrier), bool(keep_annotations))
+        return cls(None if doc is None else json.dumps(doc), offload_target, barrier, keep_annotations)
 
     @property
     def is_default(self) -> bool:

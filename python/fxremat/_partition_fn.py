@@ -88,7 +88,7 @@ MINCUT_OPTIONS = (
 def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
     """Validates ``partitioner`` and the min-cut ``options``; returns them as the
     extension's ``{name: text}`` map."""
-    from ._partition import _option_text
+    from ._partition import _option_text, check_mincut_options
 
     if partitioner not in PARTITIONERS:
         raise ValueError(f"fxremat: unknown partitioner {partitioner!r} (available: {', '.join(PARTITIONERS)})")
@@ -102,6 +102,7 @@ def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
         opts[k] = _option_text(v)
     if opts and partitioner != "mincut":
         raise ValueError(f"fxremat: min-cut options {sorted(opts)} do not apply to partitioner {partitioner!r}")
+    check_mincut_options(opts)
     return opts
 
 
@@ -200,7 +201,7 @@ def ambient_options(partitioner: str, explicit: dict | None = None) -> dict[str,
 
     from torch._functorch import config as cfg
 
-    from ._partition import _option_text
+    from ._partition import _option_text, check_mincut_options
 
     explicit = explicit or {}
     for name, (want, partitioners, why) in _UNHONOURED_CONFIG.items():
@@ -226,6 +227,10 @@ def ambient_options(partitioner: str, explicit: dict | None = None) -> dict[str,
         if value == default:
             continue
         opts[name] = _option_text(value)
+        try:
+            check_mincut_options({name: opts[name]})
+        except ValueError as e:  # say where the value came from: no option of the call set it
+            raise ValueError(f"fxremat: {_knob(name)}={value!r} cannot be honoured: {e}") from None
     return opts
 
 
@@ -1012,7 +1017,7 @@ class FxrematPartitionFn:
                  offload_target: str = "torch", barrier: bool = False, keep_annotations: bool = False,
                  dump_dir: str | os.PathLike | None = None, fallback: bool = False,
                  pareto_dir: str | os.PathLike | None = None) -> None:
-        from ._partition import PipelineRequest
+        from ._partition import PipelineRequest, flag_option
 
         self.partitioner = partitioner
         self.options = dict(options or {})
@@ -1022,7 +1027,7 @@ class FxrematPartitionFn:
             raise ValueError(f"fxremat: a policy needs the mincut partitioner, not {partitioner!r}")
         self.policy = policy
         self.dump_dir = os.fspath(dump_dir) if dump_dir is not None else None
-        self.fallback = bool(fallback)
+        self.fallback = flag_option("fallback", fallback)
         if pareto_dir is not None and partitioner != "mincut":
             raise ValueError(f"fxremat: pareto_dir needs the mincut partitioner (the front is the budget solver's), "
                              f"not {partitioner!r}")

@@ -87,6 +87,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ._partition import flag_option
 from ._partition_fn import MINCUT_OPTIONS, check_partitioner, partition_fn
 
 COMPILERS = ("inductor", "aot_eager", "eager")
@@ -139,13 +140,13 @@ class BackendOptions:
         o.partitioner = options.pop("partitioner", o.partitioner)
         o.policy = options.pop("policy", None)
         o.offload_target = options.pop("offload_target", "torch")
-        o.barrier = bool(options.pop("barrier", False))
-        o.keep_annotations = bool(options.pop("keep_annotations", False))
+        o.barrier = flag_option("barrier", options.pop("barrier", False), "fxremat backend")
+        o.keep_annotations = flag_option("keep_annotations", options.pop("keep_annotations", False), "fxremat backend")
         dump_dir = options.pop("dump_dir", None)
-        if options.pop("dump", False) and dump_dir is None:
+        if flag_option("dump", options.pop("dump", False), "fxremat backend") and dump_dir is None:
             dump_dir = os.environ.get("FXREMAT_DUMP_DIR") or "fxremat_dump"
         o.dump_dir = _path_option("dump_dir", dump_dir)
-        o.fallback = bool(options.pop("fallback", False))
+        o.fallback = flag_option("fallback", options.pop("fallback", False), "fxremat backend")
         # partition_fn refuses it with another partitioner than mincut.
         o.pareto_dir = _path_option("pareto_dir", options.pop("pareto_dir", None))
         o.mincut = options  # only min-cut names are left

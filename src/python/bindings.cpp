@@ -363,6 +363,18 @@ PYBIND11_MODULE(_C, m) {
       "parse_policy", [](const std::string& text) { return PolicyToJson(Unwrap(ParsePolicy(text))); },
       py::arg("text"), "A policy's command-line form (NAME[:ARGS], POLICY+POLICY) as its JSON text.");
   m.def(
+      "check_options",
+      [](const std::map<std::string, std::string>& options) {
+        MinCutOptions checked;
+        for (const auto& [name, value] : options) {
+          Status st = SetMinCutOption(checked, name, value);
+          if (!st.ok()) throw py::value_error(st.ToString());
+        }
+      },
+      py::arg("options"),
+      "Checks min-cut options ({functorch config name: text}) as a partition would read them; raises "
+      "ValueError with the message a partition would give, before any graph is compiled.");
+  m.def(
       "residual_report",
       [](const std::string& signature) { return Text(ResidualReport(Unwrap(SignatureFromJson(signature, "signature")))); },
       py::arg("signature"), "The residual report (include/fxremat/residuals.h) of a signature given as JSON text.");

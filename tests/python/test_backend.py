@@ -188,11 +188,29 @@ def test_dump_dir_writes_graphs_signature_and_residual_report(tmp_path):
         ({"partitioner": "default", "recompute_views": True}, ValueError, "do not apply to partitioner 'default'"),
         ({"mode": "fastest"}, ValueError, "unknown mode 'fastest'"),
         ({"compiler": "aot_eager", "mode": "max-autotune"}, ValueError, "is the inductor compiler's"),
+        # On/off options take what the C++ options take; bool("false") would be True.
+        ({"fallback": "maybe"}, ValueError, "option fallback takes True or False, not 'maybe'"),
+        ({"dump": "yes"}, ValueError, "option dump takes True or False"),
+        ({"keep_annotations": 2}, ValueError, "option keep_annotations takes True or False"),
+        ({"barrier": "on"}, ValueError, "option barrier takes True or False"),
+        # Min-cut option values are checked when the options are given, not at the first compile.
+        ({"activation_memory_budget": 2.0}, ValueError, r"activation_memory_budget=2\.0 is outside \[0, 1\]"),
+        ({"max_dist_from_bw": 2.5}, ValueError, "max_dist_from_bw takes a whole number of nodes, not '2.5'"),
+        ({"memory_budget_bytes": -1}, ValueError, "memory_budget_bytes takes a non-negative number of bytes"),
     ],
 )
 def test_options_are_checked(options, error, match):
     with pytest.raises(error, match=match):
         fx_backend.BackendOptions.parse(options)
+
+
+@pytest.mark.parametrize("text, on", [("false", False), ("False", False), ("0", False), (0, False), (False, False),
+                                      ("true", True), ("True", True), ("1", True), (1, True), (True, True)])
+def test_on_off_options_read_text_as_the_cpp_options_do(text, on, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    o = fx_backend.BackendOptions.parse({"fallback": text, "keep_annotations": text, "dump": text})
+    assert (o.fallback, o.keep_annotations, o.dump_dir is not None) == (on, on, on)
+    assert fxremat.partition_fn(fallback=text).fallback is on
 
 
 def test_errors_reach_the_user_through_torch_compile():

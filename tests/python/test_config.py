@@ -126,6 +126,20 @@ def test_config_fxremat_cannot_honour_is_an_error_naming_it(joint, partitioner, 
             _saved(pf, joint)
 
 
+@pytest.mark.parametrize("knob,value,match", [
+    ("activation_memory_budget", 2.0, r"outside \[0, 1\]"),
+    ("max_dist_from_bw", 2.5, "takes a whole number of nodes"),
+])
+def test_a_bad_ambient_value_is_an_error_naming_the_config(joint, knob, value, match):
+    # The same value as an explicit option gives the same message without the config's name.
+    pf = fxremat.partition_fn()
+    with functorch_config.patch({knob: value}):
+        with pytest.raises(ValueError, match=rf"torch\._functorch\.config\.{knob}={value!r} cannot be honoured: .*{match}"):
+            _saved(pf, joint)
+    with pytest.raises(ValueError, match=match):
+        fxremat.partition_fn(options={knob: value})
+
+
 def test_budget_solver_knobs_do_not_matter_at_budget_one(joint):
     """PyTorch reads the knapsack's knobs only for a fractional budget."""
     plain = _saved(fxremat.partition_fn(), joint)
