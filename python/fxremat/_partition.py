@@ -82,6 +82,28 @@ class Partition:
         return bw_in
 
 
+def _document_source(joint: Any) -> tuple[dict, str, str | None]:
+    """``(document, sidecar_dir, path)``: for a path, the file's document, the directory
+    its constants sidecar lies in and the path (for messages); otherwise
+    ``(_document(joint), "", None)``."""
+    if isinstance(joint, (str, os.PathLike)):
+        from ._format import _read_doc
+
+        return _read_doc(joint), os.path.dirname(os.path.abspath(os.fspath(joint))), os.fspath(joint)
+    return _document(joint), "", None
+
+
+def _refused_document(e: Exception, path: str | None) -> ValueError:
+    """The C++ reader's refusal of a document: :class:`FormatError` naming the file
+    when it came from one (as :func:`fxremat.load` raises), else
+    :class:`UnsupportedGraphError` (Note [Refused joint documents])."""
+    from ._errors import FormatError, UnsupportedGraphError
+
+    if path is not None:
+        return FormatError(f"{path}: {e}")
+    return UnsupportedGraphError(f"fxremat's reader refuses the joint graph's document: {e}")
+
+
 def _document(joint: Any) -> dict:
     """The format's document (a dict) for a path, a JointGraph or a GraphModule."""
     from ._export import JointGraph
@@ -175,7 +197,8 @@ class PipelineRequest:
 
 
 def partition_document(document: dict, partitioner: str, options: dict[str, str],
-                       request: PipelineRequest | None = None, *, brief: bool = False) -> tuple[dict, dict, dict]:
+                       request: PipelineRequest | None = None, *, brief: bool = False, sidecar_dir: str = "",
+                       path: str | None = None) -> tuple[dict, dict, dict]:
     """``fxremat._C.partition_document`` with the pipeline's arguments; a clear error
     when the extension predates them. ``brief``: for a caller that holds the joint
     graph (partition_fn), a node copied from it comes back as its name, op, target and
@@ -185,18 +208,18 @@ def partition_document(document: dict, partitioner: str, options: dict[str, str]
     The C++ reader refusing the document fxremat's encoder wrote raises
     :class:`UnsupportedGraphError` (Note [Refused joint documents] in
     src/python/bindings.cpp): the graph holds something the format cannot carry yet,
-    which ``fallback=True`` hands to PyTorch's partitioner."""
+    which ``fallback=True`` hands to PyTorch's partitioner. A document read from the
+    file ``path`` raises :class:`FormatError` naming it; ``sidecar_dir`` is where that
+    file's constants sidecar lies."""
     _C = _extension()
     try:
-        return _partition_document(_C, document, partitioner, options, request, brief)
+        return _partition_document(_C, document, partitioner, options, request, brief, sidecar_dir)
     except getattr(_C, "DocumentError", ()) as e:  # () catches nothing: an extension that predates it
-        from ._errors import UnsupportedGraphError
-
-        raise UnsupportedGraphError(f"fxremat's reader refuses the joint graph's document: {e}") from e
+        raise _refused_document(e, path) from e
 
 
 def _partition_document(_C, document: dict, partitioner: str, options: dict[str, str],
-                        request: PipelineRequest | None, brief: bool) -> tuple[dict, dict, dict]:
+                        request: PipelineRequest | None, brief: bool, sidecar_dir: str) -> tuple[dict, dict, dict]:
     request = request or PipelineRequest()
     # The document goes over as JSON text and the answers come back as JSON text:
     # json's C encoder and decoder, C++'s simdjson reader and streaming writer beat
@@ -211,7 +234,8 @@ def _partition_document(_C, document: dict, partitioner: str, options: dict[str,
         try:
             answers = _C.partition(text, partitioner, options, policy=request.policy,
                                    offload_target=request.offload_target, barrier=request.barrier,
-                                   keep_annotations=request.keep_annotations, brief=brief)
+                                   keep_annotations=request.keep_annotations, brief=brief,
+                                   **({"sidecar_dir": sidecar_dir} if sidecar_dir else {}))
         except TypeError as e:
             if "incompatible function arguments" not in str(e):
                 raise
@@ -220,7 +244,8 @@ def _partition_document(_C, document: dict, partitioner: str, options: dict[str,
     try:
         return _C.partition_document(document, partitioner, options, policy=request.policy,
                                      offload_target=request.offload_target, barrier=request.barrier,
-                                     keep_annotations=request.keep_annotations)
+                                     keep_annotations=request.keep_annotations,
+                                     **({"sidecar_dir": sidecar_dir} if sidecar_dir else {}))
     except TypeError as e:
         if "incompatible function arguments" not in str(e):
             raise
@@ -271,8 +296,8 @@ def partition(
     opts = {str(k): _option_text(v) for k, v in (options or {}).items()}
     if static_lifetime_input_indices is not None:
         opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
-    # Dicts cross the extension boundary directly: no JSON text on this path.
-    fw_doc, bw_doc, signature = partition_document(_document(joint), partitioner, opts, request)
+    doc, sidecar_dir, path = _document_source(joint)
+    fw_doc, bw_doc, signature = partition_document(doc, partitioner, opts, request, sidecar_dir=sidecar_dir, path=path)
     for note in signature.get("notes") or ():
         import warnings
 
@@ -281,14 +306,21 @@ def partition(
                      signature=signature)
 
 
-def peak_front(doc: dict, opts: dict[str, str], policy_json: str | None, points: int) -> list[dict]:
+def peak_front(doc: dict, opts: dict[str, str], policy_json: str | None, points: int, *, sidecar_dir: str = "",
+               path: str | None = None) -> list[dict]:
     """The extension's front of a joint-graph document, given validated extension
-    options and the policy's JSON text (``PipelineRequest.policy``)."""
+    options and the policy's JSON text (``PipelineRequest.policy``); ``sidecar_dir``
+    and ``path`` as for :func:`partition_document`."""
     try:  # JSON text: the extension's fast reader (as partition_document)
         text: Any = json.dumps(doc, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError):
         text = doc
-    return list(_extension().peak_front(text, opts, policy=policy_json, points=int(points)))
+    _C = _extension()
+    try:
+        return list(_C.peak_front(text, opts, policy=policy_json, points=int(points),
+                                  **({"sidecar_dir": sidecar_dir} if sidecar_dir else {})))
+    except getattr(_C, "DocumentError", ()) as e:
+        raise _refused_document(e, path) from e
 
 
 def pareto(joint: Any, points: int = 20, options: dict | None = None, *, policy: Any = None,
@@ -305,7 +337,8 @@ def pareto(joint: Any, points: int = 20, options: dict | None = None, *, policy:
 
     request = PipelineRequest.make(policy)
     opts = check_partitioner("mincut", options)
-    front = peak_front(_document(joint), opts, request.policy, points)
+    doc, sidecar_dir, path = _document_source(joint)
+    front = peak_front(doc, opts, request.policy, points, sidecar_dir=sidecar_dir, path=path)
     if plot is not None:
         plot_front(front, plot, title=getattr(joint, "name", None) or "joint graph")
     return front

@@ -160,10 +160,12 @@ Partition RunWithoutGil(const Graph& joint, const PartitionRequest& request) {
   return Unwrap(std::move(p));
 }
 
-std::unique_ptr<Graph> Parse(const std::string& text) {
+// `sidecar_dir`: where the document's constants sidecar lies (the directory of
+// the file a Python caller read it from); "" for a document from no file.
+std::unique_ptr<Graph> Parse(const std::string& text, const std::string& sidecar_dir = "") {
   size_t first = text.find_first_not_of(" \t\r\n");
   bool is_text = first != std::string::npos && (text[first] == '#' || text[first] == 'd');
-  return UnwrapDocument(is_text ? ParseGraph(text) : GraphFromJson(text));
+  return UnwrapDocument(is_text ? ParseGraph(text) : GraphFromJson(text, sidecar_dir));
 }
 
 }  // namespace
@@ -220,9 +222,9 @@ PYBIND11_MODULE(_C, m) {
       "partition",
       [](const std::string& graph, const std::string& partitioner, const std::map<std::string, std::string>& options,
          const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
-         bool keep_annotations, bool brief) {
+         bool keep_annotations, bool brief, const std::string& sidecar_dir) {
         PartitionRequest request = MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations);
-        std::unique_ptr<Graph> joint = Parse(graph);
+        std::unique_ptr<Graph> joint = Parse(graph, sidecar_dir);
         Partition p = RunWithoutGil(*joint, request);
         if (!brief) return std::make_tuple(GraphToJson(*p.forward), GraphToJson(*p.backward), SignatureToJson(p.signature));
         auto copied = [&](const Node& n) { return CopiedFromJoint(n, *joint); };
@@ -231,23 +233,24 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("graph"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
       py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,
-      py::arg("keep_annotations") = false, py::arg("brief") = false,
+      py::arg("keep_annotations") = false, py::arg("brief") = false, py::arg("sidecar_dir") = "",
       "Partition a joint graph through the pipeline (include/fxremat/pipeline.h); `policy` is the policy's JSON "
       "text. Returns (forward_json, backward_json, signature_json). `brief`: every node that is a copy of a "
       "joint-graph node (same target and arguments) or an input is written as its name, op, target and recompute "
-      "decision only: what partition_fn, which holds the joint graph, needs (GraphToJsonBrief).");
+      "decision only: what partition_fn, which holds the joint graph, needs (GraphToJsonBrief). `sidecar_dir`: "
+      "where a constants sidecar the document names lies (the emitted graphs hold such constants inline).");
   m.def(
       "partition_document",
       [](const py::dict& document, const std::string& partitioner, const std::map<std::string, std::string>& options,
          const std::optional<std::string>& policy, const std::string& offload_target, bool barrier,
-         bool keep_annotations) {
+         bool keep_annotations, const std::string& sidecar_dir) {
         PartitionRequest request = MakeRequest(partitioner, options, policy, offload_target, barrier, keep_annotations);
         // Python dicts in, Python dicts out: no JSON text on this path.
         nlohmann::json doc = FromPython(document);
         Expected<std::unique_ptr<Graph>> joint = Status::Internal("not read");
         {
           py::gil_scoped_release release;
-          joint = GraphFromJsonDocument(doc);
+          joint = GraphFromJsonDocument(doc, sidecar_dir);
         }
         std::unique_ptr<Graph> graph = UnwrapDocument(std::move(joint));
         Partition p = RunWithoutGil(*graph, request);
@@ -256,18 +259,19 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("document"), py::arg("partitioner") = "mincut", py::arg("options") = std::map<std::string, std::string>{},
       py::arg("policy") = py::none(), py::arg("offload_target") = "torch", py::arg("barrier") = false,
-      py::arg("keep_annotations") = false,
+      py::arg("keep_annotations") = false, py::arg("sidecar_dir") = "",
       "Partition a joint graph given as the fxremat document dict (fxremat.to_json) through the pipeline; returns "
       "(forward_doc, backward_doc, signature) as dicts.");
   m.def(
       "peak_front",
       [](const py::object& document, const std::map<std::string, std::string>& options,
-         const std::optional<std::string>& policy, int points) {
+         const std::optional<std::string>& policy, int points, const std::string& sidecar_dir) {
         PartitionRequest request = MakeRequest("mincut", options, policy, "torch", false, false);
         // JSON text takes the fast reader (as `partition`); a dict is walked through nlohmann's DOM.
-        std::unique_ptr<Graph> graph = py::isinstance<py::str>(document)
-                                           ? Parse(document.cast<std::string>())
-                                           : Unwrap(GraphFromJsonDocument(FromPython(document.cast<py::dict>())));
+        std::unique_ptr<Graph> graph =
+            py::isinstance<py::str>(document)
+                ? Parse(document.cast<std::string>(), sidecar_dir)
+                : UnwrapDocument(GraphFromJsonDocument(FromPython(document.cast<py::dict>()), sidecar_dir));
         Expected<std::vector<FrontPoint>> front = Status::Internal("not run");
         {
           py::gil_scoped_release release;
@@ -285,7 +289,7 @@ PYBIND11_MODULE(_C, m) {
         return out;
       },
       py::arg("document"), py::arg("options") = std::map<std::string, std::string>{}, py::arg("policy") = py::none(),
-      py::arg("points") = 20,
+      py::arg("points") = 20, py::arg("sidecar_dir") = "",
       "The peak / recompute-cost front of a joint graph document (Note [Peak budget]): a list of dicts with "
       "label, peak_bytes, recompute_cost, saved_bytes.");
   m.def(

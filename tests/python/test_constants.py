@@ -145,6 +145,27 @@ def test_missing_sidecar_is_a_located_error(big_joint, tmp_path, repo_root):
     assert r.returncode == 2 and "big.constants.safetensors" in r.stderr, r.stderr
 
 
+def test_partition_and_pareto_take_a_path_with_a_sidecar(big_joint, tmp_path):
+    """fxremat.partition(path) and fxremat.pareto(path) read the sidecar beside the
+    file, as the CLI and fxremat.load do, and partition as from the loaded graph."""
+    path = tmp_path / "big.json.gz"
+    big_joint.save(path)
+    assert (tmp_path / "big.constants.safetensors").exists()
+    by_path = fxremat.partition(path)
+    loaded = fxremat.partition(fxremat.load(path))
+    assert by_path.signature == loaded.signature
+    x = torch.randn(40, 210, dtype=torch.float64)
+    (want,) = big_constant(x).reshape(1)
+    fw_out = by_path.forward(x)
+    torch.testing.assert_close(fw_out[0], want)
+    assert fxremat.pareto(path, points=3) == fxremat.pareto(fxremat.load(path), points=3)
+    # A file the reader refuses is named, with the class fxremat.load raises.
+    (tmp_path / "big.constants.safetensors").unlink()
+    for call in (fxremat.load, fxremat.partition, lambda p: fxremat.pareto(p, points=3)):
+        with pytest.raises(fxremat.FormatError, match=rf"{path}: .*big.constants.safetensors"):
+            call(path)
+
+
 def test_sidecar_of_another_shape_is_a_located_error(big_joint, tmp_path, repo_root):
     """The sidecar's header must give the constant's shape, not only its dtype and
     byte count (docs/format.md): the same bytes stored as 210 x 40 for a constant of
