@@ -537,6 +537,15 @@ OffloadOptions MinCutOptions::OffloadOptionsFor(OffloadTarget target) const {
   return o;
 }
 
+Status CheckMinCutOptions(const MinCutOptions& options) {
+  if (options.memory_budget_bytes && options.activation_memory_budget < 1.0)
+    return Status::BadInput(fmt::format(
+        "two budgets given: memory_budget_bytes={} and activation_memory_budget={}; give one (bytes of peak above the "
+        "inputs, or a fraction between the smallest peak and the min cut's)",
+        *options.memory_budget_bytes, options.activation_memory_budget));
+  return Status::Ok();
+}
+
 Status SetMinCutOption(MinCutOptions& options, const std::string& name, const std::string& value) {
   auto as_bool = [&](bool& out) -> Status {
     if (value == "true" || value == "True" || value == "1") { out = true; return Status::Ok(); }

@@ -253,6 +253,7 @@ Expected<std::vector<FrontPoint>> RunPeakFront(const Graph& joint, const Partiti
 Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& request) {
   if (request.partitioner != "mincut" && request.partitioner != "default")
     return Status::BadInput(fmt::format("unknown partitioner '{}' (available: mincut, default)", request.partitioner));
+  FXREMAT_RETURN_IF_ERROR(CheckMinCutOptions(request.mincut));
   if (request.partitioner == "default" && request.mincut.policy)
     return Status::BadInput("a policy needs the mincut partitioner: the default partition saves what the forward "
                             "computes and the backward uses, with no choice to constrain");

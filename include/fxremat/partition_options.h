@@ -146,5 +146,8 @@ struct MinCutOptions {
 
 // Sets one option by its functorch config name ("recompute_views", "true").
 Status SetMinCutOption(MinCutOptions& options, const std::string& name, const std::string& value);
+// What no single option shows: two budgets at once (memory_budget_bytes and an
+// activation_memory_budget below 1) are refused rather than one silently winning.
+Status CheckMinCutOptions(const MinCutOptions& options);
 
 }  // namespace fxremat

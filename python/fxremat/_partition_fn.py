@@ -223,6 +223,8 @@ def ambient_options(partitioner: str, explicit: dict | None = None) -> dict[str,
     for name, default in _MINCUT_DEFAULTS.items():
         if name in explicit:
             continue
+        if name == "activation_memory_budget" and "memory_budget_bytes" in explicit:
+            continue  # an explicit byte budget replaces the ambient fraction (two budgets are refused)
         value = getattr(cfg, name, default)
         if value == default:
             continue

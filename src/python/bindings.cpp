@@ -374,6 +374,7 @@ PYBIND11_MODULE(_C, m) {
           Status st = SetMinCutOption(checked, name, value);
           if (!st.ok()) throw py::value_error(st.ToString());
         }
+        if (Status st = CheckMinCutOptions(checked); !st.ok()) throw py::value_error(st.ToString());
       },
       py::arg("options"),
       "Checks min-cut options ({functorch config name: text}) as a partition would read them; raises "

@@ -197,6 +197,8 @@ def test_dump_dir_writes_graphs_signature_and_residual_report(tmp_path):
         ({"activation_memory_budget": 2.0}, ValueError, r"activation_memory_budget=2\.0 is outside \[0, 1\]"),
         ({"max_dist_from_bw": 2.5}, ValueError, "max_dist_from_bw takes a whole number of nodes, not '2.5'"),
         ({"memory_budget_bytes": -1}, ValueError, "memory_budget_bytes takes a non-negative number of bytes"),
+        ({"memory_budget_bytes": 1 << 20, "activation_memory_budget": 0.5}, ValueError,
+         "two budgets given: memory_budget_bytes=1048576 and activation_memory_budget=0.5"),
     ],
 )
 def test_options_are_checked(options, error, match):

@@ -140,6 +140,16 @@ def test_a_bad_ambient_value_is_an_error_naming_the_config(joint, knob, value, m
         fxremat.partition_fn(options={knob: value})
 
 
+def test_explicit_byte_budget_replaces_the_ambient_fraction(joint):
+    """Two budgets given explicitly are refused; an ambient fraction under an explicit
+    byte budget is not a second budget: the bytes bound the peak."""
+    by_bytes = fxremat.partition_fn(options={"memory_budget_bytes": 1 << 40})
+    min_cut = _saved(fxremat.partition_fn(), joint)
+    with functorch_config.patch(activation_memory_budget=0.0):
+        assert _saved(fxremat.partition_fn(), joint) != min_cut  # the ambient fraction alone matters here
+        assert _saved(by_bytes, joint) == min_cut  # 1 TiB: the min cut
+
+
 def test_budget_solver_knobs_do_not_matter_at_budget_one(joint):
     """PyTorch reads the knapsack's knobs only for a fractional budget."""
     plain = _saved(fxremat.partition_fn(), joint)
