@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -26,6 +27,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "fxremat/phases.h"
 #include "fxremat/inspect.h"
@@ -125,10 +127,12 @@ Expected<std::unique_ptr<Graph>> LoadForWork(const std::string& path) {
 }
 
 // One file of a command's output: `write` writes it (and any sidecar beside
-// it) at the path it is given.
+// it) at the path it is given. `sidecar`: the name of the sidecar it may write
+// (SidecarNameFor), or empty.
 struct OutputFile {
   std::string name;
   std::function<Status(const std::string& path)> write;
+  std::string sidecar;
 };
 
 // Whether something other than a regular file stands at `path` (a directory, a
@@ -225,6 +229,18 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<OutputFile>& 
     }
   }
   fs::remove_all(staging, ec);
+  // A sidecar an earlier run left beside a file this run wrote without one
+  // belongs to no file any more (nothing refers to it), and would pass for
+  // this run's: it goes, now that the new files are in place. Only that exact
+  // name, and only a regular file.
+  for (const OutputFile& f : files) {
+    if (f.sidecar.empty() || std::binary_search(written.begin(), written.end(), f.sidecar)) continue;
+    const fs::path stale = target / f.sidecar;
+    if (!fs::is_regular_file(fs::symlink_status(stale, ec))) continue;
+    if (fs::remove(stale, ec); ec)
+      return Status::BadInput(fmt::format("wrote the files, but cannot remove {}, left by an earlier run", f.sidecar),
+                              dir);
+  }
   return Status::Ok();
 }
 
@@ -244,7 +260,13 @@ int RunPrint(const std::string& path, const std::string& output) {
     std::cout << PrintGraph(**graph);
     return kExitOk;
   }
-  const bool as_text = output.size() >= 5 && output.compare(output.size() - 5, 5, ".fxir") == 0;
+  // ".fxir.gz" is the text form gzipped (WriteFileAtomically compresses a
+  // ".gz"), as LoadGraphFile reads it back: it decompresses any file and takes
+  // one that starts with '#' as text. It used to get gzipped JSON.
+  auto ends_with = [&](std::string_view suffix) {
+    return output.size() >= suffix.size() && output.compare(output.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const bool as_text = ends_with(".fxir") || ends_with(".fxir.gz");
   if (NotARegularFile(output))
     return Fail(Status::BadInput("exists and is not a regular file (a directory, device or link); nothing was written",
                                  output));
@@ -262,26 +284,59 @@ std::string Describe(const SavedValue& s) {
 }
 
 // "64MiB", "1.5GB", "4096" -> bytes. Digits and a decimal point only:
-// std::stod also took "0x10" (as 16), " 5", "1e3", "+5" and "-0".
+// std::stod also took "0x10" (as 16), " 5", "1e3", "+5" and "-0". The value
+// times the unit must be a whole number of bytes ("1.5GiB" is, "1.9" is not):
+// a double rounded it down without a word, so "0.3" (meant as a fraction of
+// the range, which --config activation_memory_budget takes) became a budget
+// of 0 bytes. The product is worked out on the decimal digits, exactly, which
+// "1.1KB" needs to come out whole.
 Expected<int64_t> ParseByteSize(const std::string& text) {
-  double value = 0;
-  const char* const first = text.data();
-  const char* const last = text.data() + text.size();
-  const char* digits_end = first;
-  while (digits_end != last && (std::isdigit(static_cast<unsigned char>(*digits_end)) || *digits_end == '.')) ++digits_end;
+  const Status malformed =
+      Status::BadInput(fmt::format("--memory-budget takes a byte size such as 4096, 64MiB or 1.5GB, not '{}'", text));
+  auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   size_t end = 0;
-  if (auto [ptr, ec] = std::from_chars(first, digits_end, value, std::chars_format::fixed);
-      ec == std::errc() && ptr == digits_end)
-    end = static_cast<size_t>(digits_end - first);
-  std::string unit = text.substr(end);
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},           {"B", 1},           {"KB", 1e3},   {"MB", 1e6},   {"GB", 1e9},
-      {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+  while (end < text.size() && is_digit(text[end])) ++end;
+  const std::string whole = text.substr(0, end);
+  std::string fraction;
+  if (end < text.size() && text[end] == '.') {
+    const size_t fraction_begin = ++end;
+    while (end < text.size() && is_digit(text[end])) ++end;
+    fraction = text.substr(fraction_begin, end - fraction_begin);
+  }
+  if (whole.empty() && fraction.empty()) return malformed;
+  const std::string unit = text.substr(end);
+  static const std::pair<const char*, uint64_t> kUnits[] = {
+      {"", 1},           {"B", 1},           {"KB", 1000},       {"MB", 1000000}, {"GB", 1000000000},
+      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
   };
-  for (const auto& [name, scale] : kUnits)
-    if (end > 0 && unit == name && value >= 0 && value * scale < 9.2e18)
-      return static_cast<int64_t>(value * scale);
-  return Status::BadInput(fmt::format("--memory-budget takes a byte size such as 4096, 64MiB or 1.5GB, not '{}'", text));
+  const auto* found =
+      std::find_if(std::begin(kUnits), std::end(kUnits), [&](const auto& u) { return unit == u.first; });
+  if (found == std::end(kUnits)) return malformed;
+  const bool below_one = whole.find_first_not_of('0') == std::string::npos &&
+                         fraction.find_first_not_of('0') != std::string::npos;
+  if (below_one && unit.empty())
+    return Status::BadInput(fmt::format("--memory-budget takes a whole number of bytes, not '{}'; a fraction of the "
+                                        "range from the smallest peak to the min cut's is --config "
+                                        "activation_memory_budget={}",
+                                        text, text));
+  // The digits times the unit, most significant first; the last
+  // fraction.size() of them lie after the point and must be zeros.
+  std::string digits = whole + fraction;
+  uint64_t carry = 0;
+  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+    const uint64_t d = static_cast<uint64_t>(*it - '0') * found->second + carry;
+    *it = static_cast<char>('0' + d % 10);
+    carry = d / 10;
+  }
+  for (; carry > 0; carry /= 10) digits.insert(digits.begin(), static_cast<char>('0' + carry % 10));
+  if (digits.find_first_not_of('0', digits.size() - fraction.size()) != std::string::npos)
+    return Status::BadInput(fmt::format("--memory-budget {} is not a whole number of bytes", text));
+  digits.resize(digits.size() - fraction.size());
+  int64_t bytes = 0;
+  if (digits.empty()) return bytes;
+  if (auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), bytes); ec != std::errc())
+    return Status::BadInput(fmt::format("--memory-budget {} is more than 2^63 - 1 bytes", text));
+  return bytes;
 }
 
 // The flags `partition` and `residuals` share: what to partition with.
@@ -297,8 +352,9 @@ struct PartitionFlags {
   void AddTo(CLI::App* cmd) {
     cmd->add_option("--memory-budget", memory_budget,
                     "Bound on the step's simulated peak above the inputs (Note [Peak budget], docs/budget.md): "
-                    "bytes, with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), e.g. 64MiB; a fraction goes "
-                    "through --config activation_memory_budget=F");
+                    "a whole number of bytes, with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), e.g. 64MiB; "
+                    "a decimal such as 1.5GiB when it makes whole bytes; a fraction of the range goes through "
+                    "--config activation_memory_budget=F");
     cmd->add_option("--partitioner", partitioner,
                     "mincut (functorch's min_cut_rematerialization_partition) or default (functorch's "
                     "default_partition)")->capture_default_str();
@@ -340,6 +396,10 @@ struct PartitionFlags {
     if (!memory_budget.empty()) {
       if (partitioner != "mincut") return Status::BadInput("--memory-budget applies to --partitioner mincut only");
       FXREMAT_ASSIGN_OR_RETURN(int64_t bytes, ParseByteSize(memory_budget));
+      if (request.mincut.memory_budget_bytes)  // one flag would silently win over the other
+        return Status::BadInput(fmt::format("two byte budgets given: --memory-budget {} and --config "
+                                            "memory_budget_bytes={}; give one",
+                                            memory_budget, *request.mincut.memory_budget_bytes));
       request.mincut.memory_budget_bytes = bytes;
     }
     if (!policy.empty() && !policy_file.empty())
@@ -480,8 +540,10 @@ int RunPartitionCommand(const std::string& path, const PartitionFlags& flags, co
     // Constants over 64 KiB go to a safetensors file beside each graph
     // (docs/format.md); WriteGraphFile writes it.
     const std::vector<OutputFile> files = {
-        {"forward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.forward); }},
-        {"backward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.backward); }},
+        {"forward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.forward); },
+         SidecarNameFor("forward.json")},
+        {"backward.json", [&](const std::string& file) { return WriteGraphFile(file, *p.backward); },
+         SidecarNameFor("backward.json")},
         {"signature.json",
          [&](const std::string& file) -> Status {
            texts_ready();
@@ -561,13 +623,87 @@ Status WriteFilesTogether(const std::vector<std::pair<std::string, std::string>>
   return Status::Ok();
 }
 
+// Calls `emit` with each character of `text` (its one to four bytes of
+// UTF-8), and with U+FFFD for a byte that starts no well-formed character: a
+// name taken from a file name may be any bytes, and JSON and XML readers
+// refuse ill-formed UTF-8.
+void ForEachUtf8Char(std::string_view text, const std::function<void(std::string_view)>& emit) {
+  auto byte = [&](size_t i) { return i < text.size() ? static_cast<unsigned char>(text[i]) : 0u; };
+  for (size_t i = 0; i < text.size();) {
+    const unsigned lead = byte(i);
+    // Unicode's table of well-formed sequences: the length, and the range of
+    // the second byte (the others are 80..BF).
+    size_t length = 0;
+    unsigned low = 0x80, high = 0xBF;
+    if (lead < 0x80) {
+      length = 1;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;   // else overlong
+      if (lead == 0xED) high = 0x9F;  // else a surrogate
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;   // else overlong
+      if (lead == 0xF4) high = 0x8F;  // else above U+10FFFF
+    }
+    for (size_t k = 1; k < length; ++k) {
+      const unsigned b = byte(i + k);
+      if (b < (k == 1 ? low : 0x80) || b > (k == 1 ? high : 0xBF)) length = 0;
+    }
+    if (length == 0) {
+      emit("\xEF\xBF\xBD");
+      ++i;
+    } else {
+      emit(text.substr(i, length));
+      i += length;
+    }
+  }
+}
+
+// `text` as a JSON string, quotes included: the graph's name and the labels
+// are the user's text, and a '"', '\' or control character pasted in raw made
+// the file unreadable. nlohmann escapes them; ill-formed UTF-8 (a name taken
+// from a file name may be any bytes) becomes U+FFFD.
+std::string JsonQuote(std::string_view text) {
+  return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A double as JSON writes it: the shortest text that reads back as the same
+// value ({:.6g} wrote 16777216 as 1.67772e+07, and the file disagreed with
+// fxremat.pareto()). JSON has no infinity or NaN: null.
+std::string JsonNumber(double value) { return std::isfinite(value) ? fmt::format("{}", value) : "null"; }
+
 // The front as JSON (one object per point, the solver's candidates first).
 std::string FrontToJson(const std::vector<FrontPoint>& front, const std::string& graph) {
-  std::string out = fmt::format("{{\n  \"format\": \"fxremat.front\",\n  \"graph\": \"{}\",\n  \"points\": [", graph);
+  std::string out =
+      fmt::format("{{\n  \"format\": \"fxremat.front\",\n  \"graph\": {},\n  \"points\": [", JsonQuote(graph));
   for (size_t i = 0; i < front.size(); ++i)
-    out += fmt::format("{}\n    {{\"label\": \"{}\", \"peak_bytes\": {}, \"recompute_cost\": {:.6g}, \"saved_bytes\": {}}}",
-                       i ? "," : "", front[i].label, front[i].peak_bytes, front[i].recompute_cost, front[i].saved_bytes);
+    out += fmt::format("{}\n    {{\"label\": {}, \"peak_bytes\": {}, \"recompute_cost\": {}, \"saved_bytes\": {}}}",
+                       i ? "," : "", JsonQuote(front[i].label), front[i].peak_bytes,
+                       JsonNumber(front[i].recompute_cost), front[i].saved_bytes);
   out += "\n  ]\n}\n";
+  return out;
+}
+
+// `text` as XML character data or an attribute value: the graph's name and the
+// labels are the user's text, and a '<' or '&' pasted in raw made the SVG
+// unreadable. Characters XML has no place for even escaped (controls other
+// than tab, newline and return; U+FFFE, U+FFFF) become U+FFFD.
+std::string XmlEscape(std::string_view text) {
+  std::string out;
+  ForEachUtf8Char(text, [&](std::string_view ch) {
+    if (ch == "&") out += "&amp;";
+    else if (ch == "<") out += "&lt;";
+    else if (ch == ">") out += "&gt;";
+    else if (ch == "\"") out += "&quot;";
+    else if (ch == "'") out += "&apos;";
+    else if ((ch.size() == 1 && static_cast<unsigned char>(ch[0]) < 0x20 && ch != "\t" && ch != "\n" && ch != "\r") ||
+             ch == "\xEF\xBF\xBE" || ch == "\xEF\xBF\xBF")
+      out += "\xEF\xBF\xBD";
+    else out += ch;
+  });
   return out;
 }
 
@@ -584,7 +720,8 @@ std::string FrontToSvg(const std::vector<FrontPoint>& front, const std::string& 
   auto y = [&](double peak) { return h - bottom - (h - top - bottom) * peak / max_peak; };
   std::string svg = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n", w, h);
   svg += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h);
-  svg += fmt::format("<text x=\"{}\" y=\"20\" text-anchor=\"middle\">{}: step peak vs recompute cost</text>\n", w / 2, graph);
+  svg += fmt::format("<text x=\"{}\" y=\"20\" text-anchor=\"middle\">{}: step peak vs recompute cost</text>\n", w / 2,
+                     XmlEscape(graph));
   svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n", left, h - bottom, w - right);
   svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", left, h - bottom, top);
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">recompute cost (flops-equivalent, max {:.3g})</text>\n", (left + w - right) / 2, h - 20, max_cost);
@@ -594,7 +731,7 @@ std::string FrontToSvg(const std::vector<FrontPoint>& front, const std::string& 
     const bool budget = p.label.rfind("budget", 0) == 0;
     const char* color = p.label == "min cut" ? "red" : p.label == "inputs only" ? "orange" : budget ? "steelblue" : "grey";
     svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" fill=\"{}\"><title>{}: {} B, cost {:.4g}</title></circle>\n",
-                       x(p.recompute_cost), y(static_cast<double>(p.peak_bytes)), budget ? 4 : 3, color, p.label, p.peak_bytes, p.recompute_cost);
+                       x(p.recompute_cost), y(static_cast<double>(p.peak_bytes)), budget ? 4 : 3, color, XmlEscape(p.label), p.peak_bytes, p.recompute_cost);
     if (budget) line += fmt::format("{:.1f},{:.1f} ", x(p.recompute_cost), y(static_cast<double>(p.peak_bytes)));
   }
   svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"steelblue\"/>\n", line);
@@ -684,13 +821,15 @@ int main(int argc, char** argv) {
 
   auto* print_cmd = app.add_subcommand("print", "Print a graph in the IR text form, or convert it (-o FILE.json|.fxir)");
   print_cmd->add_option("graph", graph_path, "Graph file")->required();
-  print_cmd->add_option("-o,--output", output, "Write to this file instead of stdout (.fxir → text, else JSON)");
+  CLI::Option* print_output = print_cmd->add_option(
+      "-o,--output", output, "Write to this file instead of stdout (.fxir → text, else JSON; .gz → gzipped)");
 
   PartitionFlags flags;
   auto* partition = app.add_subcommand("partition", "Split a joint graph into forward and backward graphs");
   partition->add_option("graph", graph_path, "Joint graph file")->required();
   flags.AddTo(partition);
-  partition->add_option("-o,--output-dir", out_dir, "Write forward.json, backward.json, signature.json here");
+  CLI::Option* partition_output =
+      partition->add_option("-o,--output-dir", out_dir, "Write forward.json, backward.json, signature.json here");
   partition->add_option("--print", print, "Print the emitted graphs: code")->check(CLI::IsMember({"code"}));
 
   auto* residuals = app.add_subcommand("residuals", "Partition a joint graph and list what it saves for the "
@@ -705,8 +844,8 @@ int main(int argc, char** argv) {
   pareto->add_option("graph", graph_path, "Joint graph file")->required();
   flags.AddTo(pareto);
   pareto->add_option("--points", points, "Budgets from the smallest peak to the min cut's")->capture_default_str();
-  pareto->add_option("-o,--output", output, "Write the front as JSON here");
-  pareto->add_option("--plot", plot, "Write the front as an SVG plot here");
+  CLI::Option* pareto_output = pareto->add_option("-o,--output", output, "Write the front as JSON here");
+  CLI::Option* pareto_plot = pareto->add_option("--plot", plot, "Write the front as an SVG plot here");
 
   auto* verify = app.add_subcommand("verify", "Check a partition numerically against its joint graph (libtorch)");
   verify->add_option("graph", graph_path, "Joint graph file")->required();
@@ -728,6 +867,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "fxremat: usage error: " << e.what() << "\nRun 'fxremat --help' for usage.\n";
     return kExitBadInput;
+  }
+  // An empty path reads as no path at all: `-o ''` (a variable that was never
+  // set) printed to stdout, or wrote nothing, and exited 0.
+  for (const CLI::Option* option : {print_output, partition_output, pareto_output, pareto_plot}) {
+    if (option->count() > 0 && option->as<std::string>().empty()) {
+      std::cerr << "fxremat: error: " << option->get_name() << " takes a path, not an empty string\n";
+      return kExitBadInput;
+    }
   }
   // FXREMAT_PHASES=1: the time of each phase (read, parse, passes, solve,
   // write, ...) goes to stderr after the command (fxremat/phases.h).

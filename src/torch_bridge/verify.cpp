@@ -1320,6 +1320,27 @@ class CpuRngStateGuard {
   at::Tensor state_;
 };
 
+// Note [Saved values whose meta is wrong]
+// PyTorch's fake-tensor (meta) kernels of some ops give an output another
+// shape than the real kernel does: aten.mkldnn_rnn_layer's workspace (a CPU
+// LSTM under allow_rnn) is [0] under meta and oneDNN's size at run time (28,672
+// bytes for one 16-unit layer over 5 steps). The graph's facts, and so the
+// signature, carry the meta shape; the partition is right (the backward takes
+// the tensor the forward made, whatever its size), so verify notes the
+// difference instead of failing. The peak model counts such a value at its meta
+// size too (docs/budget.md, "What the peak model does not see").
+// The op, when the joint graph's `name` is an output of one of these ops.
+static const std::string* OpWhoseMetaMisstatesShape(const Graph& joint, const std::string& name) {
+  static const std::string kOps[] = {"aten.mkldnn_rnn_layer.default", "aten._cudnn_rnn.default",
+                                     "aten.miopen_rnn.default"};
+  const Node* n = joint.findNode(name);
+  if (n && n->isGetItem() && !n->args().empty() && n->args()[0].is_node()) n = n->args()[0].node;
+  if (!n) return nullptr;
+  for (const std::string& op : kOps)
+    if (n->target() == op) return &op;
+  return nullptr;
+}
+
 Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forward, const Graph& backward,
                                            const Signature& sig, const VerifyOptions& options) {
   // Placeholders of the joint graph and what they are.
@@ -1536,6 +1557,7 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
     const IValue& v = (*fwd_out)[s.forward_output_index];
     Comparison c;
     std::string got;
+    bool noted = false;  // a difference that is PyTorch's meta kernel's, not the partition's
     if (s.kind == SavedValue::Kind::kTensor) {
       if (!v.isTensor()) {
         c.ok = false;
@@ -1548,8 +1570,16 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
           for (const Dim& d : s.facts.tensor.shape) want.push_back(d.hint);
           const at::ScalarType want_type = ToScalarType(s.facts.tensor.dtype);
           if (!t.sizes().equals(want) || t.scalar_type() != want_type) {
-            c.ok = false;
             c.detail = "signature says " + FormatShape(want) + " " + ScalarTypeName(want_type);
+            if (const std::string* op = OpWhoseMetaMisstatesShape(joint, s.name);
+                op && t.scalar_type() == want_type) {
+              // Note [Saved values whose meta is wrong]
+              c.detail += ", as PyTorch's meta kernel of " + *op + " says; the backward takes the tensor the "
+                          "forward made, so the partition is right";
+              noted = true;
+            } else {
+              c.ok = false;
+            }
           }
         }
       }
@@ -1564,8 +1594,8 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
     }
     std::string line = "saved " + std::to_string(k) + " (" + s.name + ", forward output " +
                        std::to_string(s.forward_output_index) + (s.offloaded ? ", offloaded" : "") + "): " + got + (got.empty() ? "" : " ") +
-                       (c.ok ? "ok" : "MISMATCH");
-    if (!c.ok) line += " (" + c.detail + ")";
+                       (noted ? "noted" : c.ok ? "ok" : "MISMATCH");
+    if (!c.ok || noted) line += " (" + c.detail + ")";
     report.lines.push_back(std::move(line));
     report.passed = report.passed && c.ok;
     ++report.values_compared;

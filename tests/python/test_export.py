@@ -253,3 +253,31 @@ def test_graph_break_is_an_export_error():
 
     with pytest.raises(ExportError, match="Dynamo could not capture 'fn'"):
         fxremat.export_joint(fn, torch.randn(2, requires_grad=True))
+
+
+def test_cpu_lstm_partition_verifies_despite_its_meta_workspace(tmp_path, repo_root):
+    """A CPU nn.LSTM (allow_rnn) saves aten.mkldnn_rnn_layer's workspace, whose meta
+    shape is [0] while the real kernel makes oneDNN's size: verify notes it and passes
+    (Note [Saved values whose meta is wrong] in src/torch_bridge/verify.cpp)."""
+    import subprocess
+
+    class Lstm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.LSTM(8, 16, num_layers=1, batch_first=True)
+
+        def forward(self, x):
+            return self.l(x)[0].sum(1)
+
+    torch.manual_seed(0)
+    with torch._dynamo.config.patch(allow_rnn=True):
+        joint = fxremat.export_joint(Lstm(), torch.randn(2, 5, 8))
+    path = tmp_path / "lstm.json.gz"
+    joint.save(path)
+    cli = str(repo_root / "build" / "fxremat")
+    r = subprocess.run([cli, "partition", str(path), "-o", str(tmp_path / "p")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([cli, "verify", str(path), str(tmp_path / "p")], capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+    noted = [line for line in r.stdout.splitlines() if ": noted (" in line or " noted (" in line]
+    assert noted and all("aten.mkldnn_rnn_layer.default" in line for line in noted), r.stdout

@@ -1,0 +1,201 @@
+"""CLI fixes (tools/fxremat_cli.cpp): pareto's front written exactly and escaped,
+--memory-budget in whole bytes, no stale sidecar after a partition over an earlier
+one, an empty -o refused, and ``print -o X.fxir.gz`` writing the text form.
+
+The binary is $FXREMAT_CLI when set (a build directory of one's own), else build/fxremat."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import xml.dom.minidom
+from pathlib import Path
+
+import pytest
+import torch
+
+import fxremat
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = os.environ.get("FXREMAT_CLI", str(REPO / "build" / "fxremat"))
+TESTDATA = REPO / "testdata"
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+# ---- pareto: exact numbers, escaped names ------------------------------------------
+
+
+def test_pareto_front_json_has_exact_costs_as_python_does(tmp_path):
+    """recompute_cost was written with {:.6g} (25858304 -> 2.58583e+07): the file now
+    holds the same values fxremat.pareto() returns."""
+    graph = TESTDATA / "gpt2_2l.json.gz"
+    front = tmp_path / "front.json"
+    r = _cli("pareto", graph, "--points", "3", "-o", front)
+    assert r.returncode == 0, r.stderr
+    cli = json.loads(front.read_text())["points"]
+    py = fxremat.pareto(str(graph), points=3)
+    assert [p["label"] for p in cli] == [p["label"] for p in py]
+    assert any(p["recompute_cost"] >= 1e6 for p in py)  # where six digits were too few
+    for a, b in zip(cli, py):
+        assert (a["peak_bytes"], a["recompute_cost"], a["saved_bytes"]) == \
+            (b["peak_bytes"], b["recompute_cost"], b["saved_bytes"]), a["label"]
+
+
+NASTY_NAME = 'mlp "v2" <a&b> \'q\' back\\slash tab\there\x01 \u00e9'
+
+
+def test_pareto_escapes_the_graph_name_in_json_and_svg(tmp_path):
+    doc = json.load(gzip.open(TESTDATA / "simple_mlp.json.gz"))
+    doc["name"] = NASTY_NAME
+    graph = tmp_path / "g.json"
+    graph.write_text(json.dumps(doc))
+    front, plot = tmp_path / "front.json", tmp_path / "front.svg"
+    r = _cli("pareto", graph, "--points", "2", "-o", front, "--plot", plot)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(front.read_text(encoding="utf-8"))["graph"] == NASTY_NAME
+    svg = xml.dom.minidom.parse(str(plot))
+    title = svg.getElementsByTagName("text")[0].firstChild.data
+    # XML has no place for \x01, even escaped: it becomes U+FFFD
+    assert title == NASTY_NAME.replace("\x01", "\ufffd") + ": step peak vs recompute cost"
+
+
+@pytest.mark.parametrize("file_name", [b'a"b\\c<&>.json', b"bad\xffutf8.json"])
+def test_pareto_escapes_a_name_taken_from_the_file_name(tmp_path, file_name):
+    """No "name" in the document: the file name stands in, quotes and ill-formed
+    UTF-8 included (the latter as U+FFFD)."""
+    doc = json.load(gzip.open(TESTDATA / "simple_mlp.json.gz"))
+    doc.pop("name", None)
+    graph = os.path.join(os.fsencode(tmp_path), file_name)
+    with open(graph, "w") as f:
+        json.dump(doc, f)
+    front, plot = tmp_path / "front.json", tmp_path / "front.svg"
+    r = subprocess.run([os.fsencode(CLI), b"pareto", graph, b"--points", b"2", b"-o", os.fsencode(front),
+                        b"--plot", os.fsencode(plot)], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    want = file_name.decode("utf-8", errors="replace")
+    assert json.loads(front.read_text(encoding="utf-8"))["graph"] == want
+    assert want in xml.dom.minidom.parse(str(plot)).getElementsByTagName("text")[0].firstChild.data
+
+
+# ---- --memory-budget: whole bytes --------------------------------------------------
+
+
+@pytest.mark.parametrize("budget,message", [
+    ("0.3", "--memory-budget takes a whole number of bytes, not '0.3'; a fraction of the range from the smallest "
+            "peak to the min cut's is --config activation_memory_budget=0.3"),
+    ("1.9", "--memory-budget 1.9 is not a whole number of bytes"),
+    ("0.3B", "--memory-budget 0.3B is not a whole number of bytes"),
+    ("1.0000001KiB", "--memory-budget 1.0000001KiB is not a whole number of bytes"),
+    ("9223372036854775808", "--memory-budget 9223372036854775808 is more than 2^63 - 1 bytes"),
+    ("9GiB9", "--memory-budget takes a byte size such as 4096, 64MiB or 1.5GB, not '9GiB9'"),
+    (".", "--memory-budget takes a byte size such as 4096, 64MiB or 1.5GB, not '.'"),
+])
+def test_memory_budget_must_be_whole_bytes(tmp_path, budget, message):
+    """A value that is not a whole number of bytes was rounded down without a word
+    (0.3 -> a budget of 0 B, 1.9 -> 1 B); now it is bad input, before anything is read."""
+    out = tmp_path / "out"
+    r = _cli("partition", TESTDATA / "sin_mm.json.gz", "--memory-budget", budget, "-o", out)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr == f"fxremat: error: {message}\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("budget,bytes_", [
+    ("4096", 4096), ("0.5GiB", 1 << 29), ("1.5GiB", 3 << 29), ("4.1GB", 4_100_000_000),
+    ("1.1KB", 1100), ("0.25KiB", 256), ("0.0009765625KiB", 1), ("007.50MB", 7_500_000), ("9223372036854775807", (1 << 63) - 1),
+])
+def test_memory_budget_in_whole_bytes_with_a_decimal_unit(tmp_path, budget, bytes_):
+    """A decimal that makes whole bytes with its unit is taken exactly."""
+    out = tmp_path / "out"
+    r = _cli("partition", TESTDATA / "sin_mm.json.gz", "--memory-budget", budget, "-o", out)
+    if bytes_ < 256:  # under the graph's smallest peak: refused by the budget, not by the parser
+        assert r.returncode == 2 and f"memory budget {bytes_} B is below the smallest peak" in r.stderr, r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "signature.json").read_text())["peak"]["budget_bytes"] == bytes_
+
+
+# ---- partition -o over an earlier run: no stale sidecar ----------------------------
+
+
+VALUES = [float((i * 37) % 101) / 101 for i in range(8400)]  # 67,200 bytes as float64: over 64 KiB
+
+
+def _big_constant(x):  # as test_constants.py's: the constant goes to forward.constants.safetensors
+    scale = torch.tensor(VALUES, dtype=torch.float64).reshape(40, 210)
+    return (torch.sin(x) * scale).sum()
+
+
+def test_partition_over_an_earlier_run_removes_its_stale_sidecars(tmp_path):
+    joint = fxremat.export_joint(_big_constant, torch.randn(40, 210, dtype=torch.float64, requires_grad=True),
+                                 name="big_constant")
+    big = tmp_path / "big.json.gz"
+    joint.save(big)
+    out = tmp_path / "out"
+    r = _cli("partition", big, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert (out / "forward.constants.safetensors").exists()
+    # what is not a sidecar this run would have written stays
+    (out / "notes.constants.safetensors").write_text("mine\n")
+    (out / "backward.constants.safetensors.bak").write_text("mine too\n")
+    r = _cli("partition", TESTDATA / "simple_mlp.json.gz", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "backward.constants.safetensors.bak", "backward.json", "forward.json", "notes.constants.safetensors",
+        "signature.json"]
+    # and a run that writes a sidecar again keeps it
+    r = _cli("partition", big, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert (out / "forward.constants.safetensors").exists()
+    r = _cli("verify", big, out)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
+
+
+# ---- -o '' and print -o X.fxir.gz -------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["print", TESTDATA / "sin_mm.json.gz", "-o", ""],
+    ["partition", TESTDATA / "sin_mm.json.gz", "-o", ""],
+    ["pareto", TESTDATA / "sin_mm.json.gz", "--points", "2", "-o", ""],
+    ["pareto", TESTDATA / "sin_mm.json.gz", "--points", "2", "--plot", ""],
+])
+def test_empty_output_path_is_bad_usage(tmp_path, args):
+    """`-o ''` read as no -o at all: exit 0, the output on stdout or nowhere."""
+    r = _cli(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("fxremat: error: ") and "takes a path, not an empty string" in r.stderr
+    assert r.stderr.count("\n") == 1 and r.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_print_to_fxir_gz_writes_gzipped_text_that_reads_back(tmp_path):
+    src = TESTDATA / "simple_mlp.json.gz"
+    text = _cli("print", src)
+    assert text.returncode == 0, text.stderr
+    out = tmp_path / "g.fxir.gz"
+    r = _cli("print", src, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert gzip.decompress(out.read_bytes()).decode() == text.stdout
+    again = _cli("print", out)
+    assert again.returncode == 0 and again.stdout == text.stdout, again.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--memory-budget", "1GiB", "--config", "activation_memory_budget=0.0"],
+     "two budgets given: memory_budget_bytes=1073741824 and activation_memory_budget=0"),
+    (["--memory-budget", "1GiB", "--config", "memory_budget_bytes=1"],
+     "two byte budgets given: --memory-budget 1GiB and --config memory_budget_bytes=1"),
+    (["--config", "memory_budget_bytes=4096", "--config", "activation_memory_budget=0.5"], "two budgets given"),
+])
+def test_two_budgets_are_refused(flags, message, tmp_path):
+    out = tmp_path / "out"
+    r = subprocess.run([CLI, "partition", str(REPO / "testdata" / "simple_mlp.json.gz"), "-o", str(out), *flags],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not out.exists()
