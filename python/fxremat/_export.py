@@ -295,6 +295,18 @@ def export_joint(
     if name is None:
         name = type(module).__name__ if module is not None else getattr(fn_or_module, "__name__", None)
     inputs = _collect_inputs(module, args, kwargs)
+    # The trace is static (dynamic=False); a dim marked dynamic would make Dynamo
+    # trace a size as a graph input, or raise its own constraint error.
+    for path, value in inputs.leaves:
+        marked = [a for a in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices")
+                  if isinstance(value, torch.Tensor) and getattr(value, a, None)]
+        if marked:
+            raise ExportError(
+                f"{path} has dims marked dynamic ({marked[0].removeprefix('_dynamo_').removesuffix('_indices')}: "
+                f"{sorted(getattr(value, marked[0]))}); export_joint traces static shapes. For a graph with "
+                "symbolic sizes, capture the joint graph a torch.compile(dynamic=True) hands its partition_fn and "
+                "save it with fxremat.save(gm, path, num_fwd_outputs=...)"
+            )
     state: dict[str, Any] = {}
 
     def capture_partition(joint_module, joint_inputs, *, num_fwd_outputs, **_unused):

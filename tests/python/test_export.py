@@ -281,3 +281,11 @@ def test_cpu_lstm_partition_verifies_despite_its_meta_workspace(tmp_path, repo_r
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
     noted = [line for line in r.stdout.splitlines() if ": noted (" in line or " noted (" in line]
     assert noted and all("aten.mkldnn_rnn_layer.default" in line for line in noted), r.stdout
+
+
+@pytest.mark.parametrize("mark", ["mark_dynamic", "maybe_mark_dynamic"])
+def test_input_marked_dynamic_is_a_clear_export_error(mark):
+    x = torch.randn(6, 8)
+    getattr(torch._dynamo, mark)(x, 0)
+    with pytest.raises(ExportError, match=r"args\[0\] has dims marked dynamic .*\[0\]\); export_joint traces static"):
+        fxremat.export_joint(nn.Linear(8, 8), x)
