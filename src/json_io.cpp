@@ -1001,7 +1001,8 @@ Status GraphReader<V>::ReadValueFacts(const V& j, const JsonPath& path, ParseSta
   if (kind == "tensor") {
     v.kind = ValueFacts::Kind::kTensor;
     auto dtype_field = f.find("dtype");
-    if (!IsString(dtype_field)) return Fail(JsonPath(path, "dtype"), "missing tensor dtype");
+    if (!IsString(dtype_field))
+      return Fail(JsonPath(path, "dtype"), dtype_field ? "expected a dtype name such as \"float32\"" : "missing tensor dtype");
     auto dtype = DTypeFromName(dtype_field->str());
     if (!dtype) return Fail(JsonPath(path, "dtype"), fmt::format("unknown dtype '{}'", dtype_field->str()));
     v.tensor.dtype = *dtype;
