@@ -41,13 +41,29 @@ by scatter_reduce / index_add), a capsule net with dynamic routing, an unrolled 
 ODE, a PixelCNN with masked convs, flex_attention with a score_mod parameter and a block
 mask, buffers mutated through views, a weight tied across three modules with an int8
 dequantized linear and a qint8 round trip, 50 tiny LayerNorm+GELU layers, a sparse
-embedding gradient and a torch.func.grad gradient penalty. Every model is built from a config with random weights at test
-size (no download).
+embedding gradient and a torch.func.grad gradient penalty; and a seventh batch: ViTMAE
+(random masking by argsort / gather of a given noise, its unshuffle), ESM (token dropout
+rescaling, rotary), CANINE (hashed character embeddings, strided-conv downsampling,
+repeat-interleave upsampling), LeViT (attention biases gathered from an index table,
+BatchNorm on linears), Nystromformer (landmark means, iterative pseudo-inverse), ConvNeXt
+V2 (global response norm), Mamba2 (chunked SSD scan: segment sums, exp of a masked
+cumsum), Autoformer (series decomposition, FFT autocorrelation with top-k delays,
+Student-t NLL), Informer (ProbSparse attention sampling keys at random, distilling convs),
+PatchTST (patching, std scaling, BatchNorm), RecurrentGemma (RG-LRU scan, local
+attention), DeepSeek-V3 (latent attention, group-limited top-k routing), gpt-oss
+(attention sinks, clamped SwiGLU experts), and hand-written: ``.item()`` as a size (an
+unbacked SymInt), nonzero / masked_select routing (DYNAMIC_OUTPUT_SHAPES), torch.func.jvp
+in the loss, a MAML inner step (functional_call + torch.func.grad), SDPA with enable_gqa
+and bool / float masks, nn.Transformer's decoder with causal and padding masks, custom
+ops that mutate their arguments, and two micro-batches accumulated in one step. Every
+model is built from a config with random weights at test size (no download).
 
 ``build(name)`` returns ``(module, inputs, loss_fn)`` as corpus_check's own builders do;
 ``MODELS`` lists what corpus_check runs by default; ``RANDOM`` names the models whose
 forward draws random numbers, compared with PyTorch's own compiled backend under the
-same seed rather than with eager (whose draws differ).
+same seed rather than with eager (whose draws differ); ``SCALAR_OUTPUTS`` and
+``DYNAMIC_OUTPUT_SHAPES`` the models built with Dynamo's capture_scalar_outputs and
+capture_dynamic_output_shape_ops.
 """
 
 from __future__ import annotations
@@ -262,6 +278,108 @@ def _transformers(name: str):
         m = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=2, n_positions=32,
                                              resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1))
         return _lm(m)
+    if name == "vit_mae":
+        # The masking noise is an input (ViTMAE draws it with torch.rand when it is not):
+        # the argsort / gather shuffle and its unshuffle are then deterministic.
+        m = tf.ViTMAEForPreTraining(tf.ViTMAEConfig(
+            image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=64, decoder_hidden_size=32, decoder_num_hidden_layers=1, decoder_num_attention_heads=2,
+            decoder_intermediate_size=64, mask_ratio=0.5, norm_pix_loss=True, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0))
+        return m, (torch.randn(2, 3, 16, 16), torch.rand(2, 16)), \
+            lambda m, px, noise: m(pixel_values=px, noise=noise).loss
+    if name == "esm":
+        m = tf.EsmForMaskedLM(tf.EsmConfig(vocab_size=33, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                           intermediate_size=64, max_position_embeddings=32,
+                                           position_embedding_type="rotary", token_dropout=True, mask_token_id=32,
+                                           pad_token_id=1, hidden_dropout_prob=0.0,
+                                           attention_probs_dropout_prob=0.0))
+        ids = torch.randint(4, 32, (2, 12))
+        ids[0, 3] = ids[1, 5] = 32  # masked tokens: token dropout zeroes and rescales them
+        ids[1, 10:] = 1  # padding
+        return m, (ids,), lambda m, ids: m(input_ids=ids, attention_mask=(ids != 1).long(), labels=ids).loss
+    if name == "canine":
+        m = tf.CanineForSequenceClassification(tf.CanineConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=64, downsampling_rate=4, upsampling_kernel_size=4, num_hash_functions=4,
+            num_hash_buckets=64, local_transformer_stride=8, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, num_labels=3))
+        return m, (torch.randint(0, 5000, (2, 16)), torch.tensor([0, 2])), \
+            lambda m, ids, lab: m(input_ids=ids, labels=lab).loss
+    if name == "levit":
+        m = tf.LevitForImageClassification(tf.LevitConfig(
+            image_size=32, num_channels=3, kernel_size=3, stride=2, padding=1, patch_size=16, hidden_sizes=[32, 48],
+            num_attention_heads=[2, 3], depths=[1, 1], key_dim=[8, 8], drop_path_rate=0, mlp_ratio=[2, 2],
+            attention_ratio=[2, 2], down_ops=[["Subsample", 8, 32 // 8, 4, 2, 2]], num_labels=10))
+        return m, (torch.randn(2, 3, 32, 32), torch.tensor([1, 7])), \
+            lambda m, px, lab: m(pixel_values=px, labels=lab).loss
+    if name == "nystromformer":
+        # Through the embeddings, encoder and head, without NystromformerModel.forward: it
+        # builds a 4-D (b, 1, s, s) padding mask, which eager drops when it is all ones but
+        # a compiled forward keeps, and the landmark scores (b, h, landmarks, s) it is added
+        # to do not broadcast with it (transformers 5.23, under PyTorch's partitioners too).
+        m = tf.NystromformerForMaskedLM(tf.NystromformerConfig(
+            vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=40, segment_means_seq_len=16, num_landmarks=4, conv_kernel_size=3,
+            inv_coeff_init_option=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+        def loss(m, ids):
+            h = m.nystromformer.encoder(m.nystromformer.embeddings(input_ids=ids)).last_hidden_state
+            return F.cross_entropy(m.cls(h).flatten(0, 1), ids.flatten())
+
+        return m, (_ids(s=16),), loss
+    if name == "convnextv2":
+        m = tf.ConvNextV2ForImageClassification(tf.ConvNextV2Config(
+            num_channels=3, patch_size=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10, drop_path_rate=0.0,
+            num_stages=2, image_size=16))
+        return m, (torch.randn(2, 3, 16, 16), torch.tensor([1, 7])), \
+            lambda m, px, lab: m(pixel_values=px, labels=lab).loss
+    if name == "mamba2":
+        return _lm(tf.Mamba2ForCausalLM(tf.Mamba2Config(vocab_size=V, hidden_size=32, state_size=8, num_heads=8,
+                                                        head_dim=8, n_groups=1, expand=2, conv_kernel=4,
+                                                        num_hidden_layers=2, chunk_size=4)), s=8)
+    if name in ("autoformer", "informer"):
+        kw = dict(prediction_length=4, context_length=8, lags_sequence=[1, 2], input_size=1, num_time_features=1,
+                  d_model=16, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                  encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0.0, attention_dropout=0.0,
+                  activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0, scaling="mean")
+        if name == "autoformer":
+            m = tf.AutoformerForPrediction(tf.AutoformerConfig(encoder_layers=1, moving_average=3, label_length=4,
+                                                               autocorrelation_factor=1, **kw))
+        else:
+            # ProbSparse attention samples keys with torch.randint in every forward (RANDOM).
+            m = tf.InformerForPrediction(tf.InformerConfig(encoder_layers=2, attention_type="prob", sampling_factor=1,
+                                                           distil=True, **kw))
+        past = 8 + 2  # context_length + max(lags_sequence)
+        return m, (torch.randn(2, past).abs() + 1, torch.randn(2, past, 1), torch.ones(2, past),
+                   torch.randn(2, 4, 1), torch.randn(2, 4).abs() + 1), \
+            lambda m, pv, pt, po, ft, fv: m(past_values=pv, past_time_features=pt, past_observed_mask=po,
+                                           future_time_features=ft, future_values=fv).loss
+    if name == "patchtst":
+        m = tf.PatchTSTForPrediction(tf.PatchTSTConfig(
+            num_input_channels=3, context_length=16, patch_length=4, patch_stride=4, prediction_length=4, d_model=16,
+            num_hidden_layers=2, num_attention_heads=2, ffn_dim=32, dropout=0.0, attention_dropout=0.0,
+            ff_dropout=0.0, positional_dropout=0.0, path_dropout=0.0, head_dropout=0.0, scaling="std",
+            norm_type="batchnorm"))
+        return m, (torch.randn(2, 16, 3), torch.randn(2, 4, 3)), \
+            lambda m, pv, fv: m(past_values=pv, future_values=fv).loss
+    if name == "recurrent_gemma":
+        return _lm(tf.RecurrentGemmaForCausalLM(tf.RecurrentGemmaConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=8, lru_width=32, attention_window_size=8, conv1d_width=4,
+            block_types=["recurrent", "recurrent", "attention"], partial_rotary_factor=0.5)), s=8)
+    if name == "deepseek_v3":
+        return _lm(tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(
+            vocab_size=V, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+            num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1, kv_lora_rank=16,
+            q_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, max_position_embeddings=32,
+            rope_scaling=None)))
+    if name == "gpt_oss":
+        return _lm(tf.GptOssForCausalLM(tf.GptOssConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+            max_position_embeddings=32, rope_scaling=None, layer_types=["sliding_attention", "full_attention"])))
     raise KeyError(name)
 
 
@@ -2668,6 +2786,218 @@ class _GradPenalty(nn.Module):
         return self.critic(fake).mean() - self.critic(real).mean() + 10 * gp
 
 
+# ------------------------------------------------- more hand-written models (seventh batch)
+class _ItemSize(nn.Module):
+    """`.item()` read inside the graph and used as a size (an unbacked SymInt): the number
+    of rows whose gate passes a threshold picks how many top-scored rows a second layer
+    sees (narrow by the unbacked length, new_zeros of it, a pad back to the full size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.g = nn.Linear(32, 1)
+        self.b = nn.Linear(32, 32)
+        self.out = nn.Linear(32, 4)
+
+    def forward(self, x):  # (10, 16)
+        h = torch.tanh(self.a(x))
+        score = self.g(h).squeeze(-1)
+        k = (score.detach() > 0).sum().item()
+        torch._check(k >= 0)
+        torch._check(k <= h.shape[0])
+        order = score.argsort(descending=True)
+        top = h[order].narrow(0, 0, k)
+        sel = F.gelu(self.b(top)) * torch.sigmoid(score[order][:k, None])
+        pad = torch.cat([sel, sel.new_zeros(h.shape[0] - k, 32)], 0)
+        y = h + torch.zeros_like(h).index_copy(0, order, pad)
+        return self.out(y).pow(2).mean() + k * 1e-3
+
+
+class _NonzeroRoute(nn.Module):
+    """Data-dependent output shapes (capture_dynamic_output_shape_ops): a top-1 router over
+    two experts gathers each expert's tokens by nonzero (an unbacked row count per expert),
+    runs the expert on them and index_adds the gated result back; masked_select of the
+    positive activations feeds an auxiliary loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, 16)
+        self.gate = nn.Linear(16, 2)
+        self.e0 = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+        self.e1 = nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 16))
+        self.head = nn.Linear(16, V)
+
+    def forward(self, ids):
+        h = self.emb(ids).flatten(0, 1)  # (n, 16)
+        p = self.gate(h).softmax(-1)
+        choice = p.argmax(-1)
+        out = h.clone()
+        for e, expert in enumerate((self.e0, self.e1)):
+            rows = (choice == e).nonzero().squeeze(1)
+            out = out.index_add(0, rows, expert(h[rows]) * p[rows, e:e + 1])
+        mask = out > 0
+        pos = torch.masked_select(out, mask)
+        aux = pos.pow(2).sum() / mask.numel()
+        logits = self.head(out)
+        return F.cross_entropy(logits, ids.flatten()) + 0.1 * aux
+
+
+class _JVPLoss(nn.Module):
+    """Forward-mode AD inside the loss: torch.func.jvp of the network at the input along a
+    fixed direction (the directional derivative is penalized, a Jacobian regularizer), so the
+    step's backward differentiates a jvp."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.Softplus(), nn.Linear(32, 4))
+
+    def forward(self, x, v, y):
+        out, tangent = torch.func.jvp(self.net, (x,), (v,))
+        return F.cross_entropy(out, y) + 0.1 * tangent.pow(2).mean()
+
+
+class _MAML(nn.Module):
+    """A MAML inner step in the forward: torch.func.functional_call of the model with a
+    dict of parameters, torch.func.grad of the support loss with respect to that dict,
+    one SGD step on it, the query loss of the adapted parameters (second order)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 3))
+
+    def forward(self, xs, ys, xq, yq):
+        params = dict(self.net.named_parameters())
+
+        def support_loss(p):
+            return F.cross_entropy(torch.func.functional_call(self.net, p, (xs,)), ys)
+        g = torch.func.grad(support_loss)(params)
+        fast = {k: w - 0.1 * g[k] for k, w in params.items()}
+        return F.cross_entropy(torch.func.functional_call(self.net, fast, (xq,)), yq)
+
+
+class _SDPAGQA(nn.Module):
+    """F.scaled_dot_product_attention with enable_gqa=True (8 query heads over 2 key/value
+    heads, no repeat_interleave) and a boolean attn_mask (causal and key padding, from
+    lengths), then a float additive mask (learned per-head slopes times the distance, -inf
+    where the bool mask is False); a SwiGLU MLP, a length-masked mean loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, 32)
+        self.q = nn.Linear(32, 32, bias=False)
+        self.kv = nn.Linear(32, 16, bias=False)
+        self.o = nn.Linear(32, 32, bias=False)
+        self.bias = nn.Parameter(torch.zeros(8, 1, 1))
+        self.up = nn.Linear(32, 128, bias=False)
+        self.down = nn.Linear(64, 32, bias=False)
+        self.head = nn.Linear(32, V)
+
+    def forward(self, ids, lens):
+        b, s = ids.shape
+        x = self.emb(ids)
+        pos = torch.arange(s, device=ids.device)
+        mask = (pos[None, :] <= pos[:, None])[None, None] & (pos[None, None, None, :] < lens[:, None, None, None])
+        for layer in range(2):
+            h = F.rms_norm(x, (32,))
+            q = self.q(h).view(b, s, 8, 4).transpose(1, 2)
+            k, v = self.kv(h).view(b, s, 2, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+            if layer == 0:
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            else:
+                fmask = torch.where(mask, self.bias * (pos[None, :] - pos[:, None]).float(), float("-inf"))
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=fmask, enable_gqa=True)
+            x = x + self.o(a.transpose(1, 2).reshape(b, s, 32))
+            g, u = self.up(F.rms_norm(x, (32,))).chunk(2, -1)
+            x = x + self.down(F.silu(g) * u)
+        keep = (pos[None, :] < lens[:, None]).float()
+        ce = F.cross_entropy(self.head(x).flatten(0, 1), ids.flatten(), reduction="none").view(b, s)
+        return (ce * keep).sum() / keep.sum()
+
+
+class _TfmDecoder(nn.Module):
+    """nn.Transformer (encoder + nn.TransformerDecoder, norm_first, GELU) with a causal
+    tgt_mask, tgt / memory key padding masks, and a decoder LayerNorm."""
+
+    def __init__(self):
+        super().__init__()
+        self.src = nn.Embedding(V, 32)
+        self.tgt = nn.Embedding(V, 32)
+        self.tf = nn.Transformer(32, 4, num_encoder_layers=1, num_decoder_layers=2, dim_feedforward=64, dropout=0.0,
+                                 activation="gelu", batch_first=True, norm_first=True)
+        self.head = nn.Linear(32, V)
+
+    def forward(self, src, tgt, src_len, tgt_len):
+        s, t = src.shape[1], tgt.shape[1]
+        tgt_mask = torch.ones(t, t, dtype=torch.bool, device=src.device).triu(1)
+        src_pad = torch.arange(s, device=src.device)[None] >= src_len[:, None]
+        tgt_pad = torch.arange(t, device=src.device)[None] >= tgt_len[:, None]
+        h = self.tf(self.src(src), self.tgt(tgt), tgt_mask=tgt_mask, src_key_padding_mask=src_pad,
+                    tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad, tgt_is_causal=True)
+        logits = self.head(h)[:, :-1]
+        lab = tgt[:, 1:].masked_fill(tgt_pad[:, 1:], -100)
+        return F.cross_entropy(logits.flatten(0, 1), lab.flatten(), ignore_index=-100)
+
+
+@torch.library.custom_op("corpus_zoo::ema_stat_", mutates_args=("stat",))
+def _ema_stat_(stat: torch.Tensor, x: torch.Tensor) -> None:
+    stat.mul_(0.9).add_(x.detach().pow(2).mean(0), alpha=0.1)
+
+
+@_ema_stat_.register_fake
+def _(stat, x):
+    return None
+
+
+@torch.library.custom_op("corpus_zoo::clamp_scale_", mutates_args=("out",))
+def _clamp_scale_(out: torch.Tensor, x: torch.Tensor, s: torch.Tensor) -> None:
+    out.copy_(x.clamp(-2, 2) * s)
+
+
+@_clamp_scale_.register_fake
+def _(out, x, s):
+    return None
+
+
+class _MutatingOp(nn.Module):
+    """torch.library.custom_op ops that mutate an argument (mutates_args): one updates a
+    running second-moment buffer in place (auto_functionalized in the graph), whose new
+    value then normalizes the activations; one writes its result into a preallocated
+    intermediate (an out= style op on a non-leaf, no autograd of its own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 8)
+        self.register_buffer("m2", torch.ones(32))
+
+    def forward(self, x):
+        h = F.silu(self.a(x))
+        _ema_stat_(self.m2, h)
+        h = h * torch.rsqrt(self.m2 + 1e-5)
+        buf = h.new_empty(h.shape[0], 32)
+        _clamp_scale_(buf, h.detach(), h.new_full((32,), 0.5))
+        return (self.b(h + buf)).pow(2).mean()
+
+
+class _GradAccum(nn.Module):
+    """Gradient accumulation of two micro-batches in one compiled step: the same weights
+    (and a training BatchNorm, whose running statistics are updated twice) run on each
+    half, each micro-batch loss scaled by its share."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv1d(4, 16, 3, padding=1)
+        self.bn = nn.BatchNorm1d(16)
+        self.l = nn.Linear(16, 5)
+
+    def forward(self, x, y):
+        total = 0.0
+        for xm, ym in zip(x.chunk(2), y.chunk(2)):
+            h = F.relu(self.bn(self.c(xm))).amax(-1)
+            total = total + F.cross_entropy(self.l(h), ym) * (xm.shape[0] / x.shape[0])
+        return total
+
+
 def _hand_written(name: str):
     torch.manual_seed(0)
     if name == "ckpt":
@@ -2887,6 +3217,25 @@ def _hand_written(name: str):
         return _SparseEmb(), (_ids(4, 6), torch.tensor([0, 1, 2, 3])), lambda m, ids, y: m(ids, y)
     if name == "grad_penalty":
         return _GradPenalty(), (torch.randn(6, 16), torch.randn(6, 16)), lambda m, r, f: m(r, f)
+    if name == "item_size":
+        return _ItemSize(), (torch.randn(10, 16),), lambda m, x: m(x)
+    if name == "nonzero_route":
+        return _NonzeroRoute(), (_ids(2, 10),), lambda m, ids: m(ids)
+    if name == "jvp_loss":
+        return _JVPLoss(), (torch.randn(8, 8), torch.randn(8, 8), torch.randint(0, 4, (8,))), \
+            lambda m, x, v, y: m(x, v, y)
+    if name == "maml":
+        return _MAML(), (torch.randn(6, 8), torch.randint(0, 3, (6,)), torch.randn(9, 8), torch.randint(0, 3, (9,))), \
+            lambda m, xs, ys, xq, yq: m(xs, ys, xq, yq)
+    if name == "sdpa_gqa":
+        return _SDPAGQA(), (_ids(3, 10), torch.tensor([10, 6, 3])), lambda m, ids, lens: m(ids, lens)
+    if name == "tfm_decoder":
+        return _TfmDecoder(), (_ids(3, 9), _ids(3, 7), torch.tensor([9, 5, 7]), torch.tensor([7, 7, 4])), \
+            lambda m, s, t, sl, tl: m(s, t, sl, tl)
+    if name == "mutating_op":
+        return _MutatingOp(), (torch.randn(8, 16),), lambda m, x: m(x)
+    if name == "grad_accum":
+        return _GradAccum(), (torch.randn(8, 4, 10), torch.randint(0, 5, (8,))), lambda m, x, y: m(x, y)
     raise KeyError(name)
 
 
@@ -2904,15 +3253,23 @@ HAND_WRITTEN = ("ckpt", "ckpt_dropout", "mha", "sdpa", "embbag", "inplace2", "bu
                 "diffusion_unet", "rnn_cells", "moe_top2", "perceiver", "orthogonal", "pad_interp", "einsum_diag",
                 "activations", "random_acts", "cdist_counts", "ema_teacher", "dict_out", "chunk_attn",
                 "gnn_gat", "capsnet", "neural_ode", "pixelcnn", "flex_attn", "buffer_view_mut", "tied3_int8",
-                "tiny_deep", "sparse_emb", "grad_penalty")
+                "tiny_deep", "sparse_emb", "grad_penalty",
+                "item_size", "nonzero_route", "jvp_loss", "maml", "sdpa_gqa", "tfm_decoder", "mutating_op",
+                "grad_accum")
 MODELS = ["distilbert", "roberta", "deberta_v2", "electra", "whisper", "wav2vec2", "hubert", "convnext", "swin",
           "mobilenet_v2", "efficientnet", "clip_text", "clip_vision", "gpt_neox", "falcon", "phi", "qwen2", "gemma",
           "mistral", "qwen2_moe", "olmoe", "mamba", "gpt2_gc", "gpt2_dropout", "gpt2_gc_dropout",
           *HAND_WRITTEN, "qwen2_dynamic", "sdpa_dynamic", "cnn_dynamic", "tfm_block_dynamic",
           "chunk_attn_dynamic",
-          "xlnet", "reformer", "bloom", "fnet", "funnel", "rwkv", "segformer", "longformer", "bloom_dynamic"]
-RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise", "gumbel_sample", "vae_rsample", "random_acts")
-SCALAR_OUTPUTS = ("while_loop", "hop_map", "scan_rnn")  # built with torch._dynamo.config.capture_scalar_outputs
+          "xlnet", "reformer", "bloom", "fnet", "funnel", "rwkv", "segformer", "longformer", "bloom_dynamic",
+          "vit_mae", "esm", "canine", "levit", "nystromformer", "convnextv2", "mamba2", "autoformer",
+          "informer", "patchtst", "recurrent_gemma", "deepseek_v3", "gpt_oss"]
+RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise", "gumbel_sample", "vae_rsample", "random_acts",
+          "informer")
+# built with torch._dynamo.config.capture_scalar_outputs
+SCALAR_OUTPUTS = ("while_loop", "hop_map", "scan_rnn", "item_size")
+# built with torch._dynamo.config.capture_dynamic_output_shape_ops (nonzero, masked_select)
+DYNAMIC_OUTPUT_SHAPES = ("nonzero_route",)
 
 
 def build(name: str):
@@ -2924,6 +3281,9 @@ def build(name: str):
     # Inductor's post-grad passes) raise DataDependentOutputException, under PyTorch's
     # partitioners too, and Dynamo falls back to eager where it can (no partitioner runs).
     torch._dynamo.config.capture_scalar_outputs = base in SCALAR_OUTPUTS
+    # nonzero / masked_select: their output's length is an unbacked symbol only with
+    # captured dynamic output shapes; without it Dynamo breaks the graph at each.
+    torch._dynamo.config.capture_dynamic_output_shape_ops = base in DYNAMIC_OUTPUT_SHAPES
     if base in HAND_WRITTEN:
         return _hand_written(base)
     return _transformers(base)
