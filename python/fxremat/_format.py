@@ -420,6 +420,30 @@ def in_process_target(target: Any, node_name: str = "?") -> str:
         return "in_process." + ".".join(parts)
 
 
+def _create_symbol_named(shape_env: Any, name: str, hint: int, source: Any, dynamic_dim: Any) -> Any:
+    """A size symbol for the file's ``name`` (``s33``), made by ``shape_env`` so that it
+    is called ``name`` too: torch names a symbol by a hash of its source, so a loaded
+    and saved graph would otherwise have its symbols renamed (s33 -> s89). The name is
+    chosen through the ShapeEnv's id generator, for this one call; where that is not
+    possible (another form of name, its id taken, a torch without the generator) the
+    symbol keeps torch's name, which is still correct, only not the file's."""
+    match = re.fullmatch(r"s(\d+)", name)
+    wanted = int(match.group(1)) if match else None
+    ids = getattr(shape_env, "unique_ids", None)
+    if wanted is None or not isinstance(ids, set) or wanted in ids or not hasattr(shape_env, "_generate_unique_id"):
+        return shape_env.create_symbol(hint, source=source, dynamic_dim=dynamic_dim)
+
+    def generate(_source_name: str) -> int:
+        ids.add(wanted)
+        return wanted
+
+    shape_env._generate_unique_id = generate  # an instance attribute: this ShapeEnv only
+    try:
+        return shape_env.create_symbol(hint, source=source, dynamic_dim=dynamic_dim)
+    finally:
+        del shape_env._generate_unique_id
+
+
 def _unbacked_hint(sym: Any, shape_env: Any) -> int:
     """Note [Unbacked symbols]: a data-dependent size (nonzero, boolean indexing, MoE
     routing) has no hint. Sizes and costs use PyTorch's stand-in,
@@ -1353,11 +1377,8 @@ class _Decoder:
 
             self._sym_map = {}
             for name in sorted(self.symbols):
-                self._sym_map[name] = shape_env.create_symbol(
-                    int(self.symbols[name]),
-                    source=ConstantSource(f"fxremat_{name}"),
-                    dynamic_dim=DimDynamic.DYNAMIC,
-                )
+                self._sym_map[name] = _create_symbol_named(shape_env, name, int(self.symbols[name]),
+                                                           ConstantSource(f"fxremat_{name}"), DimDynamic.DYNAMIC)
         try:
             parsed = sympy.sympify(expr, locals=dict(self._sym_map))
         except Exception as e:  # a SymPy function this reader cannot rebuild

@@ -547,3 +547,33 @@ def test_returns_list_with_a_single_value_is_refused():
     doc["returns_list"] = True
     with pytest.raises(FormatError, match="returns_list.*single value"):
         from_json(doc)
+
+
+def test_load_then_save_keeps_the_files_symbol_names(tmp_path):
+    """fxremat.load makes the file's size symbols under their own names (s33 stays s33),
+    so load -> save of a dynamic-shape joint graph is byte-identical."""
+    import copy
+
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    got = {}
+
+    def capture(joint, joint_inputs, **kw):
+        got.update(joint=copy.deepcopy(joint), kw=kw)
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kw)
+
+    torch._dynamo.reset()
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    compiled = torch.compile(net, backend=aot_autograd(fw_compiler=boxed_nop, partition_fn=capture), dynamic=True)
+    compiled(torch.randn(6, 8)).sum().backward()
+    torch._dynamo.reset()
+    src = tmp_path / "dyn.json.gz"
+    fxremat.save(got["joint"], src, num_fwd_outputs=got["kw"]["num_fwd_outputs"])
+    symbols = json.loads(gzip.decompress(src.read_bytes()))["symbols"]
+    assert symbols  # a dynamic batch: at least one size symbol
+    out = tmp_path / "again.json.gz"
+    fxremat.save(fxremat.load(src), out)
+    assert json.loads(gzip.decompress(out.read_bytes()))["symbols"] == symbols
+    assert out.read_bytes() == src.read_bytes()
