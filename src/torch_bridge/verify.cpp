@@ -1445,6 +1445,22 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
                             std::to_string(num_fwd) + " forward outputs, " + std::to_string(primals.size()) +
                             " primals and " + std::to_string(backward_tokens) + " backward tokens", "joint graph");
 
+  // A partition of another graph (a directory left from another run) would
+  // fail later with a runtime error about some op; its inputs tell it first.
+  for (const Node* in : forward.placeholders()) {
+    const Node* j = joint.findNode(in->name());
+    if (!j || !j->isPlaceholder() || !in->val().is_tensor() || !j->val().is_tensor()) continue;
+    const TensorFacts& a = in->val().tensor;
+    const TensorFacts& b = j->val().tensor;
+    std::vector<int64_t> shape_a, shape_b;
+    for (const Dim& d : a.shape) shape_a.push_back(d.hint);
+    for (const Dim& d : b.shape) shape_b.push_back(d.hint);
+    if (a.dtype != b.dtype || shape_a != shape_b)
+      return Status::BadInput("input '" + in->name() + "' is " + std::string(DTypeName(a.dtype)) + " " +
+                                  FormatShape(shape_a) + " here and " + std::string(DTypeName(b.dtype)) + " " +
+                                  FormatShape(shape_b) + " in the joint graph: the partition is not of this joint graph",
+                              "forward graph");
+  }
   // The forward run: primals at the signature's positions, other inputs (RNG
   // state) by name.
   std::vector<Node*> fwd_inputs = forward.placeholders();
@@ -1458,7 +1474,8 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
                               ", out of range", "signature");
     fwd_args[p.forward_input_index] = joint_value(p.name);
     if (!fwd_args[p.forward_input_index])
-      return Status::BadInput("primal '" + p.name + "' is not a placeholder of the joint graph", "signature");
+      return Status::BadInput("primal '" + p.name + "' is not a placeholder of the joint graph (is the partition "
+                              "of another graph?)", "signature");
   }
   std::vector<IValue> fwd_run_args;
   for (size_t k = 0; k < fwd_inputs.size(); ++k) {

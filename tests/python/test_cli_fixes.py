@@ -199,3 +199,15 @@ def test_two_budgets_are_refused(flags, message, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not out.exists()
+
+
+def test_verify_names_a_partition_of_another_graph(tmp_path):
+    """verify given the partition directory of another graph says so up front, instead
+    of failing inside some op of the run."""
+    out = tmp_path / "llama"
+    r = subprocess.run([CLI, "partition", str(TESTDATA / "llama_2l.json.gz"), "-o", str(out)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([CLI, "verify", str(TESTDATA / "gpt2_2l.json.gz"), str(out)], capture_output=True, text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "the partition is not of this joint graph" in r.stderr, r.stderr
