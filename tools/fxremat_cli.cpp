@@ -263,10 +263,7 @@ int RunPrint(const std::string& path, const std::string& output) {
   // ".fxir.gz" is the text form gzipped (WriteFileAtomically compresses a
   // ".gz"), as LoadGraphFile reads it back: it decompresses any file and takes
   // one that starts with '#' as text. It used to get gzipped JSON.
-  auto ends_with = [&](std::string_view suffix) {
-    return output.size() >= suffix.size() && output.compare(output.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  const bool as_text = ends_with(".fxir") || ends_with(".fxir.gz");
+  const bool as_text = output.ends_with(".fxir") || output.ends_with(".fxir.gz");
   if (NotARegularFile(output))
     return Fail(Status::BadInput("exists and is not a regular file (a directory, device or link); nothing was written",
                                  output));

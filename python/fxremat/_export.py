@@ -298,8 +298,10 @@ def export_joint(
     # The trace is static (dynamic=False); a dim marked dynamic would make Dynamo
     # trace a size as a graph input, or raise its own constraint error.
     for path, value in inputs.leaves:
+        if not isinstance(value, torch.Tensor):
+            continue
         marked = [a for a in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices")
-                  if isinstance(value, torch.Tensor) and getattr(value, a, None)]
+                  if getattr(value, a, None)]
         if marked:
             raise ExportError(
                 f"{path} has dims marked dynamic ({marked[0].removeprefix('_dynamo_').removesuffix('_indices')}: "

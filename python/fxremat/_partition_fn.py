@@ -245,13 +245,11 @@ def ambient_config_key() -> tuple:
 
 def _config_value(name: str, text: str) -> Any:
     """An extension option's text as the ``torch._functorch.config`` value (fallback)."""
+    from ._partition import flag_option
+
     default = _MINCUT_DEFAULTS[name]
     if isinstance(default, bool):
-        if text in ("true", "True", "1"):
-            return True
-        if text in ("false", "False", "0"):
-            return False
-        raise ValueError(f"fxremat: option {name} takes true or false, not {text!r}")
+        return flag_option(name, text)
     return type(default)(float(text))
 
 

@@ -132,15 +132,22 @@ py::object ToPython(const nlohmann::ordered_json& j) {
 
 // The pipeline request of a Python call (checked while the GIL is held: it
 // raises). `policy` is the policy's JSON text (fxremat.policies), or None.
+// Min-cut options by their functorch config names; raises ValueError.
+MinCutOptions MinCutOptionsFrom(const std::map<std::string, std::string>& options) {
+  MinCutOptions mincut;
+  for (const auto& [name, value] : options) {
+    Status st = SetMinCutOption(mincut, name, value);
+    if (!st.ok()) throw py::value_error(st.ToString());
+  }
+  return mincut;
+}
+
 PartitionRequest MakeRequest(const std::string& partitioner, const std::map<std::string, std::string>& options,
                              const std::optional<std::string>& policy, const std::string& offload_target,
                              bool barrier, bool keep_annotations) {
   PartitionRequest request;
   request.partitioner = partitioner;
-  for (const auto& [name, value] : options) {
-    Status st = SetMinCutOption(request.mincut, name, value);
-    if (!st.ok()) throw py::value_error(st.ToString());
-  }
+  request.mincut = MinCutOptionsFrom(options);
   if (partitioner == "default" && !options.empty())
     throw py::value_error("options apply to the mincut partitioner only");
   if (policy) request.mincut.policy = Unwrap(PolicyFromJson(*policy, "policy"));
@@ -369,12 +376,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "check_options",
       [](const std::map<std::string, std::string>& options) {
-        MinCutOptions checked;
-        for (const auto& [name, value] : options) {
-          Status st = SetMinCutOption(checked, name, value);
-          if (!st.ok()) throw py::value_error(st.ToString());
-        }
-        if (Status st = CheckMinCutOptions(checked); !st.ok()) throw py::value_error(st.ToString());
+        if (Status st = CheckMinCutOptions(MinCutOptionsFrom(options)); !st.ok()) throw py::value_error(st.ToString());
       },
       py::arg("options"),
       "Checks min-cut options ({functorch config name: text}) as a partition would read them; raises "

@@ -60,6 +60,14 @@ std::string FormatDouble(double v) {
   return buf;
 }
 
+// The hints of a shape or stride: its sizes, symbolic dims at their example values.
+std::vector<int64_t> Hints(const DimVector& dims) {
+  std::vector<int64_t> out;
+  out.reserve(dims.size());
+  for (const Dim& d : dims) out.push_back(d.hint);
+  return out;
+}
+
 std::string FormatShape(c10::IntArrayRef sizes) {
   std::string out = "[";
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -420,17 +428,13 @@ class Interpreter {
       return Status::BadInput("constant '" + node.target() +
                                   "' has no data (it was handed over by reference); save the graph with its constants",
                               Where(node));
-    std::vector<int64_t> sizes;
-    for (const Dim& d : c.facts.shape) sizes.push_back(d.hint);
+    const std::vector<int64_t> sizes = Hints(c.facts.shape);
     const auto options = at::TensorOptions().device(VerifyDevice()).dtype(ToScalarType(c.facts.dtype));
     const std::vector<int64_t> contiguous_strides = ContiguousStrides(sizes);
     at::Tensor contiguous = at::empty_strided(sizes, contiguous_strides, options.device(at::kCPU));
     if (!c.data->empty()) std::memcpy(contiguous.data_ptr(), c.data->data(), c.data->size());
-    std::vector<int64_t> strides = contiguous_strides;
-    if (c.facts.stride.size() == c.facts.shape.size()) {
-      strides.clear();
-      for (const Dim& d : c.facts.stride) strides.push_back(d.hint);
-    }
+    const std::vector<int64_t> strides =
+        c.facts.stride.size() == c.facts.shape.size() ? Hints(c.facts.stride) : contiguous_strides;
     at::Tensor t = at::empty_strided(sizes, strides, options);
     t.copy_(contiguous);
     return IValue(t);
@@ -1116,12 +1120,8 @@ Expected<InputValue> MakeInput(const Node& node, const at::Generator& gen) {
       return Status::BadInput("cannot build an input without tensor or symint facts", where);
   }
   const TensorFacts& facts = val.tensor;
-  for (const Dim& d : facts.shape) in.sizes.push_back(d.hint);
-  if (facts.stride.size() == facts.shape.size()) {
-    for (const Dim& d : facts.stride) in.strides.push_back(d.hint);
-  } else {  // contiguous
-    in.strides = ContiguousStrides(in.sizes);
-  }
+  in.sizes = Hints(facts.shape);
+  in.strides = facts.stride.size() == facts.shape.size() ? Hints(facts.stride) : ContiguousStrides(in.sizes);
   for (size_t d = 0; d < in.sizes.size(); ++d)
     if (in.sizes[d] < 0 || in.strides[d] < 0)
       return Status::BadInput("negative size or stride " + FormatShape(in.sizes) + " / " +
@@ -1393,8 +1393,7 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
       }
       if (!facts.is_tensor()) return Status::BadInput("'" + key + "': input '" + p.name() + "' is not a tensor",
                                                       options.inputs_file);
-      std::vector<int64_t> want;
-      for (const Dim& d : facts.tensor.shape) want.push_back(d.hint);
+      const std::vector<int64_t> want = Hints(facts.tensor.shape);
       if (t.sizes().vec() != want || t.scalar_type() != ToScalarType(facts.tensor.dtype))
         return Status::BadInput("'" + key + "' is " + std::string(c10::toString(t.scalar_type())) + FormatShape(t.sizes().vec()) +
                                     ", the graph's input '" + p.name() + "' is " + std::string(DTypeName(facts.tensor.dtype)) +
@@ -1452,9 +1451,7 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
     if (!j || !j->isPlaceholder() || !in->val().is_tensor() || !j->val().is_tensor()) continue;
     const TensorFacts& a = in->val().tensor;
     const TensorFacts& b = j->val().tensor;
-    std::vector<int64_t> shape_a, shape_b;
-    for (const Dim& d : a.shape) shape_a.push_back(d.hint);
-    for (const Dim& d : b.shape) shape_b.push_back(d.hint);
+    const std::vector<int64_t> shape_a = Hints(a.shape), shape_b = Hints(b.shape);
     if (a.dtype != b.dtype || shape_a != shape_b)
       return Status::BadInput("input '" + in->name() + "' is " + std::string(DTypeName(a.dtype)) + " " +
                                   FormatShape(shape_a) + " here and " + std::string(DTypeName(b.dtype)) + " " +
@@ -1583,8 +1580,7 @@ Expected<VerifyReport> VerifyPartitionImpl(const Graph& joint, const Graph& forw
         const at::Tensor& t = v.toTensor();
         got = FormatShape(t.sizes()) + " " + ScalarTypeName(t.scalar_type());
         if (s.facts.kind == ValueFacts::Kind::kTensor) {
-          std::vector<int64_t> want;
-          for (const Dim& d : s.facts.tensor.shape) want.push_back(d.hint);
+          const std::vector<int64_t> want = Hints(s.facts.tensor.shape);
           const at::ScalarType want_type = ToScalarType(s.facts.tensor.dtype);
           if (!t.sizes().equals(want) || t.scalar_type() != want_type) {
             c.detail = "signature says " + FormatShape(want) + " " + ScalarTypeName(want_type);
