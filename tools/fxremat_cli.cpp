@@ -345,13 +345,16 @@ struct PartitionFlags {
   bool barrier = false;
   bool keep_annotations = false;
   std::string memory_budget;
+  // The --memory-budget option of each subcommand these flags serve, to tell
+  // an empty value ('--memory-budget ""', malformed) from no flag.
+  std::vector<const CLI::Option*> memory_budget_options;
 
   void AddTo(CLI::App* cmd) {
-    cmd->add_option("--memory-budget", memory_budget,
+    memory_budget_options.push_back(cmd->add_option("--memory-budget", memory_budget,
                     "Bound on the step's simulated peak above the inputs (Note [Peak budget], docs/budget.md): "
                     "a whole number of bytes, with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), e.g. 64MiB; "
                     "a decimal such as 1.5GiB when it makes whole bytes; a fraction of the range goes through "
-                    "--config activation_memory_budget=F");
+                    "--config activation_memory_budget=F"));
     cmd->add_option("--partitioner", partitioner,
                     "mincut (functorch's min_cut_rematerialization_partition) or default (functorch's "
                     "default_partition)")->capture_default_str();
@@ -390,7 +393,9 @@ struct PartitionFlags {
     }
     if (!config.empty() && partitioner != "mincut")
       return Status::BadInput("--config applies to --partitioner mincut only");
-    if (!memory_budget.empty()) {
+    const bool budget_given = std::any_of(memory_budget_options.begin(), memory_budget_options.end(),
+                                          [](const CLI::Option* o) { return o->count() > 0; });
+    if (budget_given || !memory_budget.empty()) {
       if (partitioner != "mincut") return Status::BadInput("--memory-budget applies to --partitioner mincut only");
       FXREMAT_ASSIGN_OR_RETURN(int64_t bytes, ParseByteSize(memory_budget));
       if (request.mincut.memory_budget_bytes)  // one flag would silently win over the other

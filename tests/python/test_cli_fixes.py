@@ -94,6 +94,8 @@ def test_pareto_escapes_a_name_taken_from_the_file_name(tmp_path, file_name):
     ("9223372036854775808", "--memory-budget 9223372036854775808 is more than 2^63 - 1 bytes"),
     ("9GiB9", "--memory-budget takes a byte size such as 4096, 64MiB or 1.5GB, not '9GiB9'"),
     (".", "--memory-budget takes a byte size such as 4096, 64MiB or 1.5GB, not '.'"),
+    # An empty value was taken for no flag: the partition ran without a budget.
+    ("", "--memory-budget takes a byte size such as 4096, 64MiB or 1.5GB, not ''"),
 ])
 def test_memory_budget_must_be_whole_bytes(tmp_path, budget, message):
     """A value that is not a whole number of bytes was rounded down without a word
