@@ -24,8 +24,13 @@ struct BinaryProgram {
   std::vector<double> row_lower, row_upper;
 };
 
-// Whether SolveBinaryProgram can solve anything in this build.
+// Whether SolveBinaryProgram can solve anything: this build has CBC and its
+// library opens (Note [CBC loaded on demand] in src/binary_program.cpp).
 bool BinaryProgramSolverAvailable();
+
+// Whether this build was configured with CBC (whatever the run-time loader
+// then finds).
+bool BinaryProgramSolverBuilt();
 
 // The best solution CBC finds within `max_nodes` branch-and-bound nodes (a
 // node limit, not a time limit: the answer must not depend on the machine's

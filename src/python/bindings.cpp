@@ -327,7 +327,10 @@ PYBIND11_MODULE(_C, m) {
       "The budget MILP (Note [Budget MILP] in passes/budget_partition.h) of a joint graph document at a byte "
       "budget, as sparse arrays for scipy.optimize.milp; all variables binary.");
   m.def("budget_milp_solver_available", &BinaryProgramSolverAvailable,
-        "Whether this build solves the budget MILP itself (COIN-OR CBC; option budget_milp_max_variables).");
+        "Whether this build solves the budget MILP itself (COIN-OR CBC, opened on first use; option "
+        "budget_milp_max_variables).");
+  m.def("budget_milp_solver_built", &BinaryProgramSolverBuilt,
+        "Whether this build was configured with COIN-OR CBC (budget_milp_solver_available says whether it opens).");
   m.def(
       "evaluate_saved",
       [](const py::dict& document, const std::vector<std::string>& saved, const std::map<std::string, std::string>& options,

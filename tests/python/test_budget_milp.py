@@ -144,6 +144,15 @@ def test_search_reaches_the_optimum(name, fraction):
     assert point["recompute_cost"] <= answer.objective * 1.01, (point, answer.objective)
 
 
+def test_milp_solver_opens_where_built():
+    # CBC is opened with dlopen on first use (Note [CBC loaded on demand]): a build
+    # configured with it must open it, or every MILP test below would skip unseen.
+    if _C.budget_milp_solver_built():
+        assert _C.budget_milp_solver_available()
+    else:
+        assert not _C.budget_milp_solver_available()
+
+
 @pytest.mark.skipif(not _C.budget_milp_solver_available(), reason="fxremat built without COIN-OR CBC")
 def test_milp_candidate_closes_the_gap():
     # With the solver's own MILP candidate (CBC, budget_milp_max_variables),
