@@ -7,11 +7,18 @@
 
 #include <limits>
 
+#include <zlib.h>
+
 namespace fxremat {
 
 namespace {
 constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 }  // namespace
+
+uint32_t Crc32(std::string_view bytes) {
+  return static_cast<uint32_t>(
+      crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<z_size_t>(bytes.size())));
+}
 
 std::string Base64Encode(std::string_view bytes) {
   std::string out;

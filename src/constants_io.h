@@ -20,6 +20,18 @@ namespace fxremat {
 inline constexpr int64_t kInlineConstantBytes = 64 * 1024;
 
 std::string Base64Encode(std::string_view bytes);
+
+// Note [Sidecar checksums]
+// A constant kept in a safetensors sidecar carries the CRC-32 (zlib's, of the
+// bytes as stored) of its data in the document (format key `crc32`, since
+// 1.7), and readers compare it. The sidecar's name comes from the graph's
+// (model.json and model.json.gz both use model.constants.safetensors), so a
+// second graph saved beside the first under the other extension overwrote
+// the first's sidecar; a constant of the same dtype and shape then loaded the
+// other graph's numbers without a word. Python's writer and reader
+// (_move_large_constants, _decode_constants in python/fxremat/_format.py) do
+// the same with zlib.crc32.
+uint32_t Crc32(std::string_view bytes);
 // Errors (bad input) name `where`.
 Expected<std::string> Base64Decode(std::string_view text, const std::string& where);
 

@@ -1534,6 +1534,19 @@ Status GraphReader<V>::ReadConstants(const V& constants) {
       if (static_cast<int64_t>(bytes->size()) != expected)
         return Fail(JsonPath(path, "file"), fmt::format("the sidecar holds {} bytes for a tensor of {} bytes",
                                                         bytes->size(), expected));
+      if (auto crc = j.find("crc32")) {  // Note [Sidecar checksums]
+        const JsonPath crc_path(path, "crc32");
+        int64_t want = -1;
+        if (!crc->get_int64(want) || want < 0 || want > int64_t{0xFFFFFFFF})
+          return Fail(crc_path, "expected a CRC-32, an integer in [0, 2^32)");
+        const uint32_t got = Crc32(*bytes);
+        if (got != static_cast<uint32_t>(want))
+          return Fail(crc_path, fmt::format("the sidecar '{}' holds other data for '{}' than this document was written "
+                                            "with (CRC-32 {:08x}, the document's {:08x}): it was overwritten since, "
+                                            "e.g. by another graph saved under the same name with the other "
+                                            "extension (.json / .json.gz)",
+                                            file->str(), key, got, static_cast<uint32_t>(want)));
+      }
       c.data = bytes;
     } else if (by_reference->kind() != JKind::kBool || !by_reference->boolean()) {
       return Fail(JsonPath(path, "by_reference"), "expected true");
@@ -2199,6 +2212,8 @@ bool WriteGraphObject(JsonStreamWriter& w, const Graph& graph, bool nested, cons
                    !SafetensorsDType(c.facts.dtype).empty()) {  // Note [Dtypes without a safetensors name]
           w.Key("file"); w.String(sidecar_name);
           w.Key("key"); w.String(target);
+          // Note [Sidecar checksums]
+          w.Key("crc32"); w.Int(static_cast<int64_t>(Crc32(*c.data)));
           std::vector<int64_t> shape;
           for (const Dim& d : c.facts.shape) shape.push_back(d.hint);
           (*sidecar)[target] = SafetensorsEntry{std::string(SafetensorsDType(c.facts.dtype)), shape, *c.data};
@@ -2852,6 +2867,7 @@ ojson GraphObjectToJson(const Graph& graph, bool nested, const std::string& side
                    !SafetensorsDType(c.facts.dtype).empty()) {  // Note [Dtypes without a safetensors name]
           j["file"] = sidecar_name;
           j["key"] = target;
+          j["crc32"] = Crc32(*c.data);  // Note [Sidecar checksums]
           std::vector<int64_t> shape;
           for (const Dim& d : c.facts.shape) shape.push_back(d.hint);
           (*sidecar)[target] = SafetensorsEntry{std::string(SafetensorsDType(c.facts.dtype)), shape, *c.data};

@@ -672,9 +672,9 @@ Expected<Argument> Parser::ParseArgument(Lexer& lex) {
         // A dict costs three levels, as its JSON form {"dict": [[k, v]]} does, so
         // that whatever this reader accepts the JSON reader accepts too.
         argument_depth_ += 2;
-        struct Leave {
+        struct LeaveDict {
           int& depth;
-          ~Leave() { depth -= 2; }
+          ~LeaveDict() { depth -= 2; }
         } leave_dict{argument_depth_};
         if (argument_depth_ > kMaxArgumentNesting)
           return lex.Error(tok.col, fmt::format("arguments nest deeper than {} levels", kMaxArgumentNesting));

@@ -15,7 +15,7 @@ namespace fxremat {
 inline constexpr int kFormatMajorVersion = 1;
 // 1.4: subgraphs and operator arguments (higher-order ops); 1.5: the stack-trace
 // table (Note [Stack-trace table] in src/json_io.cpp).
-inline constexpr int kFormatMinorVersion = 6;
+inline constexpr int kFormatMinorVersion = 7;
 
 // Parses a graph document. Every error names its JSON path ("/nodes/3/args/0")
 // or node. The result passes VerifyGraph.

@@ -27,7 +27,7 @@ from ._errors import ExportError, FormatError, UnsupportedGraphError
 
 __version__ = "0.1.0"
 
-FORMAT_VERSION = (1, 6)  # the version the writers write (fxremat._format.VERSION)
+FORMAT_VERSION = (1, 7)  # the version the writers write (fxremat._format.VERSION)
 
 _LAZY = {
     "export_joint": "._export",

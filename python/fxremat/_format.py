@@ -29,7 +29,7 @@ from ._errors import FormatError, UnsupportedGraphError
 FORMAT_NAME = "fxremat.graph"
 # written; a reader accepts any 1.x (1.3: complex constants; 1.4: subgraphs, operator
 # arguments; 1.5: the stack-trace table)
-VERSION = (1, 6)
+VERSION = (1, 7)
 # Tensor constants up to this many bytes are written inline; larger ones go to the
 # safetensors sidecar when the writer has a file (docs/format.md, "constants").
 INLINE_CONSTANT_BYTES = 64 * 1024
@@ -1060,6 +1060,7 @@ def _move_large_constants(doc: dict, file_name: str) -> bytes | None:
         del c["data"]
         c["file"] = file_name
         c["key"] = key
+        c["crc32"] = zlib.crc32(large[key])  # Note [Sidecar checksums] (src/constants_io.h)
     text = json.dumps(header, separators=(",", ":")).encode("ascii")
     text += b" " * (-(8 + len(text)) % 8)
     return len(text).to_bytes(8, "little") + text + b"".join(large[k] for k in sorted(large))
@@ -1125,6 +1126,15 @@ def _decode_constants(doc: dict, base_dir: str | None, dec: "_Decoder") -> dict[
             entry = sidecars[f].get(c.get("key", key))
             _expect(entry is not None, f"{where}.key", f"{f!r} has no tensor {c.get('key', key)!r}")
             raw = entry[2]
+            if "crc32" in c:  # Note [Sidecar checksums] (src/constants_io.h)
+                want = c["crc32"]
+                _expect(_is_int(want) and 0 <= want < 2**32, f"{where}.crc32",
+                        "expected a CRC-32, an integer in [0, 2^32)")
+                got = zlib.crc32(raw)
+                _expect(got == want, f"{where}.crc32",
+                        f"the sidecar {f!r} holds other data for {c.get('key', key)!r} than this document was "
+                        f"written with (CRC-32 {got:08x}, the document's {want:08x}): it was overwritten since, "
+                        "e.g. by another graph saved under the same name with the other extension (.json / .json.gz)")
         elif c.get("by_reference") is True:
             raise _fail(where, "the constant was handed over by reference: the document has no data for it")
         else:

@@ -81,7 +81,7 @@ def test_format_round_trip_inline(tmp_path):
     program = programs.build("t5_shift_right")
     joint = fxremat.export_joint(program.fn, *program.args)
     doc = joint.to_json()
-    assert doc["version"] == [1, 6]
+    assert doc["version"] == [1, 7]
     assert doc["constants"]["_tensor_constant0"]["data"] == "AgAAAAAAAAA="  # int64 2, the start id
     gm = from_json(json.loads(json.dumps(doc)))
     assert torch.equal(gm._tensor_constant1, joint.gm._tensor_constant1)
@@ -182,6 +182,53 @@ def test_sidecar_of_another_shape_is_a_located_error(big_joint, tmp_path, repo_r
     assert "/file: the sidecar's shape [210, 40] is not the tensor's [8400]" in r.stderr, r.stderr
     with pytest.raises(fxremat.FormatError, match=r"shape"):
         fxremat.load(path)
+
+
+def other_big_constant(x):  # big_constant's shape and attribute name, other numbers
+    scale = torch.tensor([v + 1.0 for v in VALUES], dtype=torch.float64).reshape(40, 210)
+    return (torch.sin(x) * scale).sum()
+
+
+def test_sidecar_overwritten_by_a_sibling_graph_is_refused(big_joint, tmp_path, repo_root):
+    """big.json and big.json.gz share big.constants.safetensors: a second graph saved
+    under the other extension overwrote the first's sidecar, and the first then loaded
+    the second's numbers without a word (same dtype, shape and key). The documents carry
+    each sidecar tensor's CRC-32 (Note [Sidecar checksums]); both readers compare it."""
+    import zlib
+
+    first = tmp_path / "big.json"
+    big_joint.save(first)
+    stored = json.loads(first.read_text())
+    (key, entry), = stored["constants"].items()
+    assert entry["crc32"] == zlib.crc32(getattr(big_joint.gm, key).numpy().tobytes())
+    other = fxremat.export_joint(other_big_constant, torch.randn(40, 210, dtype=torch.float64, requires_grad=True))
+    second = tmp_path / "big.json.gz"
+    other.save(second)  # overwrites big.constants.safetensors
+    assert torch.equal(getattr(fxremat.load(second), key), getattr(other.gm, key))
+    message = (f"the sidecar 'big.constants.safetensors' holds other data for '{key}' than this document was "
+               "written with")
+    with pytest.raises(fxremat.FormatError, match=rf"crc32: {message}"):
+        fxremat.load(first)
+    r = subprocess.run([str(repo_root / "build" / "fxremat"), "inspect", str(first)], capture_output=True, text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"/constants/{key}/crc32: {message} (CRC-32 " in r.stderr, r.stderr
+    # The C++ writer writes the same checksum (partition -o: the forward's sidecar).
+    out = tmp_path / "out"
+    r = subprocess.run([str(repo_root / "build" / "fxremat"), "partition", str(second), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    forward = json.loads((out / "forward.json").read_text())
+    assert forward["constants"][key]["crc32"] == zlib.crc32(getattr(other.gm, key).numpy().tobytes())
+    # An old document without the key still loads (1.6 had none); a malformed one is refused.
+    del entry["crc32"]
+    first.write_text(json.dumps(stored))
+    assert torch.equal(getattr(fxremat.load(first), key), getattr(other.gm, key))
+    entry["crc32"] = -1
+    first.write_text(json.dumps(stored))
+    with pytest.raises(fxremat.FormatError, match=r"crc32: expected a CRC-32"):
+        fxremat.load(first)
+    r = subprocess.run([str(repo_root / "build" / "fxremat"), "inspect", str(first)], capture_output=True, text=True)
+    assert r.returncode == 2 and "crc32: expected a CRC-32, an integer in [0, 2^32)" in r.stderr, r.stderr
 
 
 def test_non_tensor_constant_only_by_reference():

@@ -377,13 +377,13 @@ def _strip_1_1(doc):
     return doc
 
 
-def test_writer_writes_version_1_5(sin_mm_doc):
+def test_writer_writes_version_1_7(sin_mm_doc):
     from fxremat import _format
 
-    assert _format.VERSION == (1, 6)
-    assert fxremat.FORMAT_VERSION == (1, 6)
+    assert _format.VERSION == (1, 7)
+    assert fxremat.FORMAT_VERSION == (1, 7)
     gm = make_fx(lambda x: (x.sin(),))(torch.randn(2))
-    assert to_json(gm)["version"] == [1, 6]
+    assert to_json(gm)["version"] == [1, 7]
 
 
 def test_packet_tags_are_the_union_over_the_overload_packet():
@@ -478,7 +478,7 @@ def test_version_1_0_documents_still_load(sin_mm_doc, tmp_path):
         else:
             torch.testing.assert_close(a, b)
     again = to_json(gm)  # written as 1.3, with storage ids again (one per storage now)
-    assert again["version"] == [1, 6]
+    assert again["version"] == [1, 7]
     assert all("storage" in v for _, v in _tensor_facts(again))
     assert all("packet_tags" in f for f in again["ops"].values())
 
