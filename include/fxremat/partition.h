@@ -95,7 +95,10 @@ struct ForwardOutputEntry {
 // has no gradient, and the backward that reads it takes it as an input of its
 // own, after the tangents (and RNG inputs), from the caller: it is never a
 // forward output, never saved, never counted in bytes. The reference does the
-// same (backward_state_inputs in _extract_fwd_bwd_modules).
+// same (backward_state_inputs in _extract_fwd_bwd_modules). Script objects
+// (a DTensor's DeviceMesh) are opaque inputs here too; inside torch.compile,
+// partition_fn moves them to the saved-value slots AOTAutograd's runtime
+// carries them in (Note [Saved opaque objects] in python/fxremat/_partition_fn.py).
 struct OpaqueInputEntry {
   std::string name;
   int64_t forward_input_index = -1;   // the primal's position among the forward inputs

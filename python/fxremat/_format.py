@@ -397,10 +397,22 @@ class _Encoder:
 
 def _is_opaque_input(v: Any) -> bool:
     """An object a joint graph passes along without looking into it: AOTAutograd's
-    BackwardState (the hooks compiled autograd runs in the backward)."""
+    BackwardState (the hooks compiled autograd runs in the backward), or a script or
+    opaque object such as the DeviceMesh a DTensor flattens to (Note [Saved opaque
+    objects] in _partition_fn.py), as AOTAutograd's is_opaque_node tells them."""
     from torch.fx.experimental._backward_state import BackwardState
 
-    return isinstance(v, BackwardState)
+    if isinstance(v, BackwardState):
+        return True
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    if isinstance(v, (torch.ScriptObject, FakeScriptObject)):
+        return True
+    try:
+        from torch._library.opaque_object import is_opaque_value
+    except ImportError:  # an older torch: no opaque values
+        return False
+    return bool(is_opaque_value(v))
 
 
 def in_process_target(target: Any, node_name: str = "?") -> str:

@@ -587,6 +587,7 @@ def build_modules(
     saved_syms = [s["name"] for s in sorted((s for s in saved if s["kind"] != "tensor"),
                                              key=lambda s: s["forward_output_index"])]
     tangents = [t["name"] for t in sig["tangents"]]
+    sig, saved_opaques = _save_opaque_objects(sig, num_fwd_outputs, len(saved_tensors), len(saved_syms))
 
     # The C++ pipeline settled the saved values' order (symbol bindings, no-vc-check
     # tensors last: passes/order_saved_values.h) and both graphs' node order
@@ -633,14 +634,14 @@ def build_modules(
             user_outs = [None if r is None else fb.env[r["node"]] for r in e["args"][0][:num_fwd_outputs]]
         else:
             fb.copy(e)
-    fw_outs = user_outs + [fb.env[fw_slot.get(n, n)] for n in (*saved_tensors, *saved_syms)]
+    fw_outs = user_outs + [fb.env[fw_slot.get(n, n)] for n in (*saved_tensors, *saved_opaques, *saved_syms)]
     fw_descs = None
     if joint_descs is not None:
         n_t = len(saved_tensors)
         first_no_vc = n_t - len(no_vc)
         fw_descs = list(joint_descs[:num_fwd_outputs]) + [
             SavedForBackwardsNoVcCheckAOTOutput(i) if first_no_vc <= i < n_t else SavedForBackwardsAOTOutput(i)
-            for i in range(n_t + len(saved_syms))
+            for i in range(n_t + len(saved_opaques) + len(saved_syms))
         ]
     fw_graph = fb.finish(fw_outs, fw_descs)
 
@@ -649,6 +650,8 @@ def build_modules(
     for n in (*saved_syms, *saved_tensors):
         f, b = fw_slot.get(n, n), bw_slot.get(n, n)
         bb.placeholder(b, meta_from=fb.env[f] if f in fb.created else None)
+    for n in saved_opaques:
+        bb.placeholder(n)
     tangent_nodes: list[fx.Node] = []
     if tangent_slots is None:
         for n in tangents:
@@ -726,6 +729,48 @@ def build_modules(
 
     return _make_graph_module(joint_module, fw_graph), _make_graph_module(joint_module, bw_graph), sig
 
+
+
+# Note [Saved opaque objects]
+# A script or opaque object among the primals -- the DeviceMesh each DTensor parameter
+# flattens to in a tensor-parallel model -- reaches the C++ partitioner as an opaque
+# input (Note [Opaque inputs] in include/fxremat/partition.h): never cut, never priced,
+# handed to the backward as an input of its own, after the tangents. That is where
+# AOTAutograd's runtime puts a BackwardState, and where the CLI's graphs keep every
+# opaque input. Other opaque objects its runtime carries as saved values instead
+# (saved_opaque_nodes in partitioners.py; ctx.opaque_objects): the forward returns them
+# after the saved tensors and before the saved symints, and the backward takes them
+# after the saved tensors, before the tangents. Nothing is decided here, only where the
+# object travels: build_modules moves each such input to that slot, and the signature
+# lists it as a saved value of kind "opaque" (0 bytes) at the indices it then has.
+def _save_opaque_objects(sig: dict, num_fwd_outputs: int, n_tensors: int, n_syms: int) -> tuple[dict, list[str]]:
+    """The signature with its opaque inputs other than BackwardState made saved values
+    (Note [Saved opaque objects]), and their names in order."""
+    opaque = sig.get("opaque_inputs", [])
+    moved = [o for o in opaque if o.get("type") != "BackwardState"]
+    if not moved:
+        return sig, []
+    kept = [o for o in opaque if o.get("type") == "BackwardState"]
+    n_o = len(moved)
+    sig = dict(sig)
+    saved = []
+    for s in sig["saved"]:
+        if s["kind"] != "tensor":  # symints come after the opaque objects among the forward's outputs
+            s = dict(s, forward_output_index=s["forward_output_index"] + n_o)
+        saved.append(s)
+    for k, o in enumerate(moved):
+        saved.append({
+            "name": o["name"], "kind": "opaque", "type": o.get("type"), "annotation": None,
+            "forward_output_index": num_fwd_outputs + n_tensors + k, "backward_input_index": n_syms + n_tensors + k,
+            "shape": None, "dtype": None, "bytes": 0, "names": [], "decision": None, "offloaded": False,
+            "origin_op": None, "origin_location": None,
+        })
+    sig["saved"] = saved
+    sig["tangents"] = [dict(t, backward_input_index=t["backward_input_index"] + n_o) for t in sig["tangents"]]
+    first = min((o["backward_input_index"] for o in opaque), default=0) + n_o
+    sig["opaque_inputs"] = [dict(o, backward_input_index=first + j) for j, o in enumerate(kept)]
+    sig["forward"] = dict(sig["forward"], num_outputs=sig["forward"]["num_outputs"] + n_o)
+    return sig, [o["name"] for o in moved]
 
 
 def _check_positions(fw: fx.Graph, bw: fx.Graph, sig: dict, fw_env: dict[str, fx.Node],

@@ -127,11 +127,13 @@ def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = No
     nodes = {n.name: n for n in joint_gm.graph.nodes} if joint_gm is not None else {}
     primals = {p["name"]: p for p in signature.get("primals", [])}
     sig = dict(signature)
+    # Note [Saved opaque objects] (_partition_fn.py): a DeviceMesh is no residual to describe.
+    sig["saved"] = [s for s in signature["saved"] if s.get("kind") != "opaque"]
     sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
                       signature.get("primals", [])]
     described = _extension().describe_residuals(json.dumps(sig))
     out = []
-    for s in sorted(signature["saved"], key=lambda s: s["forward_output_index"]):
+    for s in sorted(sig["saved"], key=lambda s: s["forward_output_index"]):
         name = s["name"]
         names = list(s.get("names") or ([s["annotation"]] if s.get("annotation") else []))
         node = nodes.get(name)
@@ -163,6 +165,8 @@ def residual_report(signature: dict, joint_gm: Any = None, fn: Any = None) -> st
     from ._partition import _extension
 
     sig = dict(signature)
+    # Note [Saved opaque objects] (_partition_fn.py): a DeviceMesh is no residual to describe.
+    sig["saved"] = [s for s in signature["saved"] if s.get("kind") != "opaque"]
     sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
                       signature.get("primals", [])]
     return _extension().residual_report(json.dumps(sig))
