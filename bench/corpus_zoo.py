@@ -55,8 +55,21 @@ attention), DeepSeek-V3 (latent attention, group-limited top-k routing), gpt-oss
 unbacked SymInt), nonzero / masked_select routing (DYNAMIC_OUTPUT_SHAPES), torch.func.jvp
 in the loss, a MAML inner step (functional_call + torch.func.grad), SDPA with enable_gqa
 and bool / float masks, nn.Transformer's decoder with causal and padding masks, custom
-ops that mutate their arguments, and two micro-batches accumulated in one step. Every
-model is built from a config with random weights at test size (no download).
+ops that mutate their arguments, and two micro-batches accumulated in one step; and an
+eighth batch: Gemma2 (tanh soft-capping of attention and final logits, eager attention),
+Qwen3-MoE (the router's load-balancing loss in the loss), Cohere (parallel attention and
+MLP, interleaved rotary, per-head q / k LayerNorm), GraniteMoE (embedding / residual /
+attention / logits multipliers, 3-D expert weights), DBRX (clamped q, k, v; an experts loop
+that breaks the graph), Jamba (a Mamba layer beside an attention layer with experts),
+Zamba2 (a shared transformer block with LoRA adapters on the hidden state concatenated with
+the embeddings, Mamba2), Qwen3-Next (a gated DeltaNet layer: the chunked gated delta rule),
+GPTBigCode (multi-query attention), Phi-3 (LongRoPE factors), BEiT (a relative position
+bias table, layer scale, mean pooling), DINOv2 (position embeddings resized bicubically,
+SwiGLU), SigLIP (the sigmoid contrastive loss, a MultiheadAttention pooling head),
+ConvBERT (span-based dynamic convolution), SqueezeBERT (grouped Conv1d for the linears)
+and LayoutLMv3 (text boxes' 2-D embeddings and relative position buckets with image
+patches). Every model is built from a config with random weights at test size (no
+download).
 
 ``build(name)`` returns ``(module, inputs, loss_fn)`` as corpus_check's own builders do;
 ``MODELS`` lists what corpus_check runs by default; ``RANDOM`` names the models whose
@@ -380,6 +393,141 @@ def _transformers(name: str):
             vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
             max_position_embeddings=32, rope_scaling=None, layer_types=["sliding_attention", "full_attention"])))
+    # -- eighth batch --
+    if name == "gemma2":
+        # Eager attention: soft-capping (tanh) of the attention logits exists only there
+        # (SDPA has no score hook); the final logits soft-capped too; a sliding-window layer
+        # with pre- and post-norms around attention and MLP. One layer: Inductor's compile
+        # time grows with the depth and a second layer reaches no other code.
+        return _lm(tf.Gemma2ForCausalLM(tf.Gemma2Config(
+            vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, max_position_embeddings=32, sliding_window=4,
+            layer_types=["sliding_attention"], attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0, query_pre_attn_scalar=8, attn_implementation="eager")))
+    if name == "qwen3_moe":
+        # output_router_logits: the load-balancing auxiliary loss joins the LM loss.
+        m = tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2,
+            norm_topk_prob=True, decoder_sparse_step=1, max_position_embeddings=32, output_router_logits=True,
+            router_aux_loss_coef=0.1))
+        return m, (_ids(),), lambda m, ids: m(input_ids=ids, labels=ids, output_router_logits=True).loss
+    if name == "cohere":
+        # Attention and MLP in parallel off one LayerNorm (no bias), interleaved rotary
+        # (repeat_interleave), per-head LayerNorm of q and k, scaled logits.
+        return _lm(tf.CohereForCausalLM(tf.CohereConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=32, logit_scale=0.5, use_qk_norm=True)))
+    if name == "granitemoe":
+        # Embedding / residual / attention / logits multipliers; a softmax over the top-k
+        # router logits; the experts' 3-D weights through transformers' experts interface
+        # (one graph, where DBRX's per-expert loop breaks it).
+        return _lm(tf.GraniteMoeForCausalLM(tf.GraniteMoeConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=32,
+            embedding_multiplier=4.0, residual_multiplier=0.5, attention_multiplier=0.25, logits_scaling=2.0)))
+    if name == "dbrx":
+        # q, k, v clamped (clip_qkv: clamp's masked backward); the experts loop breaks
+        # Dynamo's graph (several partitions).
+        return _lm(tf.DbrxForCausalLM(tf.DbrxConfig(
+            d_model=32, n_heads=4, n_layers=1, max_seq_len=32, vocab_size=V, resid_pdrop=0.0, emb_pdrop=0.0,
+            attn_config={"kv_n_heads": 2, "clip_qkv": 0.5, "attn_pdrop": 0.0, "rope_theta": 10000.0},
+            ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2, "moe_jitter_eps": None,
+                        "moe_normalize_expert_weights": 1.0})))
+    if name == "jamba":
+        # Layer 0: Mamba (with layer norms on dt, B and C) and a dense MLP; layer 1:
+        # attention and a mixture of experts. use_mamba_kernels is ignored by transformers
+        # 5.23; without mamba-ssm / causal-conv1d installed the PyTorch scan runs.
+        return _lm(tf.JambaForCausalLM(tf.JambaConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, expert_layer_period=2,
+            expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1, use_mamba_kernels=False,
+            mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=4, max_position_embeddings=32)), s=8)
+    if name == "zamba2":
+        # One hybrid layer: the shared transformer block (on the hidden state concatenated
+        # with the input embeddings, LoRA adapters on its projections) and a Mamba2 layer
+        # (the PyTorch chunked scan: mamba-ssm is not installed).
+        return _lm(tf.Zamba2ForCausalLM(tf.Zamba2Config(
+            vocab_size=V, hidden_size=32, num_hidden_layers=1, layers_block_type=["hybrid"],
+            mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, n_mamba_heads=4, chunk_size=4,
+            use_mamba_kernels=False, intermediate_size=64, num_attention_heads=4, num_key_value_heads=4,
+            num_mem_blocks=1, use_shared_attention_adapter=True, adapter_rank=4, use_mem_rope=True,
+            max_position_embeddings=32)), s=8)
+    if name == "qwen3_next":
+        # A gated DeltaNet layer (linear attention: the torch chunked gated delta rule,
+        # causal conv1d, gated RMSNorm) with a shared-expert MoE (use_cache=False: a cache
+        # of linear-attention layers alone cannot tell the model its length).
+        return _lm(tf.Qwen3NextForCausalLM(tf.Qwen3NextConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, linear_conv_kernel_dim=4, linear_key_head_dim=8,
+            linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4, moe_intermediate_size=16,
+            shared_expert_intermediate_size=16, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1,
+            layer_types=["linear_attention"], max_position_embeddings=32, use_cache=False)))
+    if name == "gpt_bigcode":
+        # Multi-query attention (one key / value head, fused into c_attn).
+        return _lm(tf.GPTBigCodeForCausalLM(tf.GPTBigCodeConfig(
+            vocab_size=V, n_embd=32, n_layer=1, n_head=4, n_positions=32, multi_query=True, resid_pdrop=0.0,
+            embd_pdrop=0.0, attn_pdrop=0.0)))
+    if name == "phi3":
+        # LongRoPE: a sequence longer than original_max_position_embeddings takes the long factors.
+        return _lm(tf.Phi3ForCausalLM(tf.Phi3Config(
+            vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, original_max_position_embeddings=8,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.2, 1.3],
+                             "long_factor": [1.0, 2.0, 4.0, 8.0]},
+            resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0, pad_token_id=0)))
+    if name == "beit":
+        m = tf.BeitForImageClassification(tf.BeitConfig(
+            image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, use_relative_position_bias=True, use_mean_pooling=True, layer_scale_init_value=0.1,
+            drop_path_rate=0.0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=10))
+        return m, (torch.randn(2, 3, 16, 16), torch.tensor([1, 7])), \
+            lambda m, px, lab: m(pixel_values=px, labels=lab).loss
+    if name == "dinov2":
+        # 24x24 images on a 16x16 config: the position embeddings are resized (bicubic).
+        m = tf.Dinov2ForImageClassification(tf.Dinov2Config(
+            image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            mlp_ratio=2, layerscale_value=0.1, use_swiglu_ffn=True, drop_path_rate=0.0, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, num_labels=10))
+        return m, (torch.randn(2, 3, 24, 24), torch.tensor([1, 7])), \
+            lambda m, px, lab: m(pixel_values=px, labels=lab).loss
+    if name == "siglip":
+        # Sigmoid contrastive loss (learned scale and bias); the vision tower's attention
+        # pooling head is an nn.MultiheadAttention.
+        m = tf.SiglipModel(tf.SiglipConfig(
+            text_config=dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=2, max_position_embeddings=16),
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                               image_size=16, patch_size=4)))
+        return m, (_ids(s=8), torch.randn(2, 3, 16, 16)), \
+            lambda m, ids, px: m(input_ids=ids, pixel_values=px, return_loss=True).loss
+    if name == "convbert":
+        # Span-based dynamic convolution (unfold of the values, a kernel per position
+        # from a depthwise-separable conv) beside half the heads' attention; grouped FFN.
+        return _lm(tf.ConvBertForMaskedLM(tf.ConvBertConfig(
+            vocab_size=V, embedding_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, head_ratio=2, conv_kernel_size=3, num_groups=2, max_position_embeddings=32,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)))
+    if name == "squeezebert":
+        # Grouped 1x1 Conv1d in place of every linear, on (batch, channels, length).
+        return _lm(tf.SqueezeBertForMaskedLM(tf.SqueezeBertConfig(
+            vocab_size=V, hidden_size=32, embedding_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, q_groups=2, k_groups=2, v_groups=2, post_attention_groups=2,
+            intermediate_groups=2, output_groups=2, max_position_embeddings=32, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)))
+    if name == "layoutlmv3":
+        # Text tokens with boxes (2-D position embeddings, 1-D and 2-D relative position
+        # buckets) and image patches in one sequence; token classification on the text.
+        m = tf.LayoutLMv3ForTokenClassification(tf.LayoutLMv3Config(
+            vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=40, max_2d_position_embeddings=64, coordinate_size=4, shape_size=8,
+            rel_pos_bins=8, max_rel_pos=16, rel_2d_pos_bins=8, max_rel_2d_pos=32, input_size=16, patch_size=4,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0, num_labels=3))
+        g = torch.Generator().manual_seed(1)
+        xy = torch.randint(0, 40, (2, 10, 2), generator=g)
+        bbox = torch.cat([xy, xy + torch.randint(1, 20, (2, 10, 2), generator=g)], -1)
+        return m, (_ids(s=10), bbox, torch.randn(2, 3, 16, 16), torch.randint(0, 3, (2, 10))), \
+            lambda m, ids, bb, px, lab: m(input_ids=ids, bbox=bb, pixel_values=px, labels=lab).loss
     raise KeyError(name)
 
 
@@ -3263,7 +3411,9 @@ MODELS = ["distilbert", "roberta", "deberta_v2", "electra", "whisper", "wav2vec2
           "chunk_attn_dynamic",
           "xlnet", "reformer", "bloom", "fnet", "funnel", "rwkv", "segformer", "longformer", "bloom_dynamic",
           "vit_mae", "esm", "canine", "levit", "nystromformer", "convnextv2", "mamba2", "autoformer",
-          "informer", "patchtst", "recurrent_gemma", "deepseek_v3", "gpt_oss"]
+          "informer", "patchtst", "recurrent_gemma", "deepseek_v3", "gpt_oss",
+          "gemma2", "qwen3_moe", "cohere", "granitemoe", "dbrx", "jamba", "zamba2", "qwen3_next", "gpt_bigcode",
+          "phi3", "beit", "dinov2", "siglip", "convbert", "squeezebert", "layoutlmv3"]
 RANDOM = ("gpt2_dropout", "gpt2_gc_dropout", "ckpt_dropout", "noise", "gumbel_sample", "vae_rsample", "random_acts",
           "informer")
 # built with torch._dynamo.config.capture_scalar_outputs
