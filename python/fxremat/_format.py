@@ -598,17 +598,41 @@ def gradient_slots(graph: fx.Graph, num_fwd_outputs: int) -> list[int | None] | 
         d = p.meta.get("desc")
         if d is None:
             return None
-        where[d] = j
+        where[_input_key(d)] = j
     slots: list[int | None] = [None] * len(primals)
     for k, i in enumerate(grads):
         d, v = descs[i], outs[i]
         if v is None:
             continue
-        j = where.get(getattr(d, "grad_of", None)) if type(d).__name__ == "GradAOTOutput" else None
+        key = _gradient_key(d)
+        j = where.get(key) if key is not None else None
         if j is None or slots[j] is not None:
             return None  # a gradient that is no primal's: leave the graph as it is (refused later)
         slots[j] = k
     return slots
+
+
+def _input_key(d: Any) -> Any:
+    """A joint input's descriptor as a key that _gradient_key can name too: a
+    tensor-subclass input's flattened parts (SubclassGetAttrAOTInput, e.g. a DTensor
+    parameter's ``_local_tensor`` and ``device_mesh``) by their base and attribute."""
+    if type(d).__name__ == "SubclassGetAttrAOTInput":
+        return ("attr", _input_key(d.base), d.attr)
+    return d
+
+
+def _gradient_key(d: Any) -> Any:
+    """The _input_key of the input a gradient output is (part of) the gradient of, or
+    None: GradAOTOutput(grad_of=X) is X's; a flattened tensor-subclass gradient
+    (SubclassGetAttrAOTOutput(base=GradAOTOutput(grad_of=X), attr=A), a DTensor
+    gradient's local tensor and mesh) is the part A of X's."""
+    kind = type(d).__name__
+    if kind == "GradAOTOutput":
+        return _input_key(d.grad_of)
+    if kind == "SubclassGetAttrAOTOutput":
+        base = _gradient_key(d.base)
+        return None if base is None else ("attr", base, d.attr)
+    return None
 
 
 def with_token_gradients(outs: Sequence[Any], num_fwd_outputs: int, graph: fx.Graph) -> list[Any]:
