@@ -61,6 +61,7 @@ TARGET_CLI_SPEEDUP = 20.0       # on graphs of >= 10k nodes
 TARGET_1M_SECONDS = 2.0
 TARGET_1M_CLI_SECONDS = 5.0
 TARGET_LOAD_MBPS = 200         # JSON load: uncompressed JSON bytes / (read + parse + build), every graph
+TARGET_WRITE_MBPS = 200        # JSON write: forward.json + backward.json bytes / write-graph, every graph
 LARGE = 10_000
 
 
@@ -643,6 +644,19 @@ def evaluate_targets(rows: list[dict], meta: dict) -> list[str]:
                            + ", ".join(f"`{r['name']}` ({r['json_bytes'] / 1e6:,.1f} MB) {v:,.0f}" for v, r in below))
             parts.append(f"{label}: {'**not met**' if below else '**met**'} ({detail})")
         out.append(f"JSON load ≥ {TARGET_LOAD_MBPS} MB/s of uncompressed JSON, on every graph: " + "; ".join(parts) + ".")
+    # Issue 11: write >= 200 MB/s (the I/O table's write MB/s: forward.json + backward.json bytes
+    # over the write-graph phase).
+    writes = [(r["cli_written_bytes"] / 1e6 / (r["cli_phases"]["write-graph"] / 1e3), r)
+              for r in loads if r.get("cli_written_bytes") and r["cli_phases"].get("write-graph")]
+    if writes:
+        worst, worst_row = min(writes, key=lambda x: x[0])
+        below = [(v, r) for v, r in writes if v < TARGET_WRITE_MBPS]
+        detail = f"lowest {worst:,.0f} MB/s, `{worst_row['name']}`"
+        if below:
+            detail += (f"; met on {len(writes) - len(below)} of {len(writes)} graphs, below on "
+                       + ", ".join(f"`{r['name']}` {v:,.0f}" for v, r in below))
+        out.append(f"JSON write ≥ {TARGET_WRITE_MBPS} MB/s, on every graph: "
+                   f"{'**not met**' if below else '**met**'} ({detail}).")
     return out
 
 
