@@ -636,28 +636,29 @@ def evaluate_targets(rows: list[dict], meta: dict) -> list[str]:
                      for r in loads if r.get(f"{key}_phases") and cli_load(r, key)]
             if not rated:
                 continue
-            worst, worst_row = min(rated, key=lambda x: x[0])
-            below = [(v, r) for v, r in rated if v < TARGET_LOAD_MBPS]
-            detail = f"lowest {worst:,.0f} MB/s, `{worst_row['name']}`"
-            if below:
-                detail += (f"; met on {len(rated) - len(below)} of {len(rated)} graphs, below on "
-                           + ", ".join(f"`{r['name']}` ({r['json_bytes'] / 1e6:,.1f} MB) {v:,.0f}" for v, r in below))
-            parts.append(f"{label}: {'**not met**' if below else '**met**'} ({detail})")
+            parts.append(f"{label}: " + _rate_verdict(rated, TARGET_LOAD_MBPS, with_size=True))
         out.append(f"JSON load ≥ {TARGET_LOAD_MBPS} MB/s of uncompressed JSON, on every graph: " + "; ".join(parts) + ".")
     # Issue 11: write >= 200 MB/s (the I/O table's write MB/s: forward.json + backward.json bytes
     # over the write-graph phase).
     writes = [(r["cli_written_bytes"] / 1e6 / (r["cli_phases"]["write-graph"] / 1e3), r)
               for r in loads if r.get("cli_written_bytes") and r["cli_phases"].get("write-graph")]
     if writes:
-        worst, worst_row = min(writes, key=lambda x: x[0])
-        below = [(v, r) for v, r in writes if v < TARGET_WRITE_MBPS]
-        detail = f"lowest {worst:,.0f} MB/s, `{worst_row['name']}`"
-        if below:
-            detail += (f"; met on {len(writes) - len(below)} of {len(writes)} graphs, below on "
-                       + ", ".join(f"`{r['name']}` {v:,.0f}" for v, r in below))
         out.append(f"JSON write ≥ {TARGET_WRITE_MBPS} MB/s, on every graph: "
-                   f"{'**not met**' if below else '**met**'} ({detail}).")
+                   + _rate_verdict(writes, TARGET_WRITE_MBPS, with_size=False) + ".")
     return out
+
+
+def _rate_verdict(rated: list[tuple[float, dict]], target: float, with_size: bool) -> str:
+    """'**met** (lowest ...)' or '**not met** (lowest ...; met on k of n graphs, below on
+    ...)' for (MB/s, row) pairs against a target rate."""
+    worst, worst_row = min(rated, key=lambda x: x[0])
+    below = [(v, r) for v, r in rated if v < target]
+    detail = f"lowest {worst:,.0f} MB/s, `{worst_row['name']}`"
+    if below:
+        size = (lambda r: f" ({r['json_bytes'] / 1e6:,.1f} MB)") if with_size else (lambda r: "")
+        detail += (f"; met on {len(rated) - len(below)} of {len(rated)} graphs, below on "
+                   + ", ".join(f"`{r['name']}`{size(r)} {v:,.0f}" for v, r in below))
+    return f"{'**not met**' if below else '**met**'} ({detail})"
 
 
 # --------------------------------------------------------------------------------------
