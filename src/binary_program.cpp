@@ -27,7 +27,7 @@ namespace {
 // with dlopen the first time the MILP is asked whether it can run, local to
 // this file (RTLD_LOCAL): first by the soname of the library CMake found
 // (FXREMAT_CBC_SONAME, through the loader's search path), then by its path
-// (FXREMAT_CBC_PATH), then by the development link name. Where neither opens, the build
+// (FXREMAT_CBC_PATH), then by the development link name. Where none opens, the build
 // behaves as one without CBC: the candidate is skipped.
 struct CbcApi {
   decltype(&Cbc_newModel) newModel = nullptr;
