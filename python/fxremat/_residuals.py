@@ -118,6 +118,17 @@ def argument_text(path: str | None, fn: Any) -> str | None:
     return path
 
 
+def _signature_to_describe(signature: dict, fn: Any) -> dict:
+    """The signature as the C++ residual describers take it: input paths spelled as
+    ``fn``'s argument names, and no opaque objects (Note [Saved opaque objects] in
+    _partition_fn.py: a DeviceMesh is no residual to describe)."""
+    sig = dict(signature)
+    sig["saved"] = [s for s in signature["saved"] if s.get("kind") != "opaque"]
+    sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
+                      signature.get("primals", [])]
+    return sig
+
+
 def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = None) -> list[Residual]:
     """:class:`Residual` records for a signature's saved values, in forward-output
     order. ``joint_gm`` (the joint graph) supplies ops and locations the signature
@@ -126,11 +137,7 @@ def residuals_from_signature(signature: dict, joint_gm: Any = None, fn: Any = No
 
     nodes = {n.name: n for n in joint_gm.graph.nodes} if joint_gm is not None else {}
     primals = {p["name"]: p for p in signature.get("primals", [])}
-    sig = dict(signature)
-    # Note [Saved opaque objects] (_partition_fn.py): a DeviceMesh is no residual to describe.
-    sig["saved"] = [s for s in signature["saved"] if s.get("kind") != "opaque"]
-    sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
-                      signature.get("primals", [])]
+    sig = _signature_to_describe(signature, fn)
     described = _extension().describe_residuals(json.dumps(sig))
     out = []
     for s in sorted(sig["saved"], key=lambda s: s["forward_output_index"]):
@@ -164,11 +171,7 @@ def residual_report(signature: dict, joint_gm: Any = None, fn: Any = None) -> st
     the text ``fxremat residuals`` prints), with input paths spelled as argument names."""
     from ._partition import _extension
 
-    sig = dict(signature)
-    # Note [Saved opaque objects] (_partition_fn.py): a DeviceMesh is no residual to describe.
-    sig["saved"] = [s for s in signature["saved"] if s.get("kind") != "opaque"]
-    sig["primals"] = [dict(p, path=argument_text(p.get("path"), fn) or p.get("path")) for p in
-                      signature.get("primals", [])]
+    sig = _signature_to_describe(signature, fn)
     return _extension().residual_report(json.dumps(sig))
 
 

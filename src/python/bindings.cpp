@@ -130,8 +130,6 @@ py::object ToPython(const nlohmann::ordered_json& j) {
   }
 }
 
-// The pipeline request of a Python call (checked while the GIL is held: it
-// raises). `policy` is the policy's JSON text (fxremat.policies), or None.
 // Min-cut options by their functorch config names; raises ValueError.
 MinCutOptions MinCutOptionsFrom(const std::map<std::string, std::string>& options) {
   MinCutOptions mincut;
@@ -142,6 +140,8 @@ MinCutOptions MinCutOptionsFrom(const std::map<std::string, std::string>& option
   return mincut;
 }
 
+// The pipeline request of a Python call (checked while the GIL is held: it
+// raises). `policy` is the policy's JSON text (fxremat.policies), or None.
 PartitionRequest MakeRequest(const std::string& partitioner, const std::map<std::string, std::string>& options,
                              const std::optional<std::string>& policy, const std::string& offload_target,
                              bool barrier, bool keep_annotations) {
