@@ -6,6 +6,7 @@
 #include <cctype>
 #include <set>
 #include <unordered_set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -113,12 +114,53 @@ std::string Quoted(const std::vector<std::string>& names) {
 // refused (found by tests/fuzz/fuzz_loader.cpp).
 constexpr int kMaxPolicyNesting = (kMaxJsonDepth - 1) / 2;
 
+std::vector<std::string> SplitList(std::string_view s, char sep);
+
+bool IsIdentifier(std::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+// An operator as a policy names it, in the graph's spelling: "aten.mm" or
+// "aten.mm.default". The other spellings PyTorch users write ("aten::mm",
+// "torch.ops.aten.mm") mean the same op; policies.py's op_name normalizes them
+// the same way, so that a policy matches the same ops from the CLI and from
+// Python (an "aten::mm" on the command line matched nothing, silently).
+Expected<std::string> NormalizedOpName(std::string_view op, const std::string& where) {
+  std::string s(op);
+  s.erase(0, s.find_first_not_of(" \t"));
+  s.erase(s.find_last_not_of(" \t") + 1);
+  if (s.rfind("torch.ops.", 0) == 0) s.erase(0, 10);
+  for (size_t at = s.find("::"); at != std::string::npos; at = s.find("::", at)) s.replace(at, 2, ".");
+  const std::vector<std::string> parts = SplitList(s, '.');
+  bool ok = parts.size() >= 2 && parts.size() <= 3;
+  for (const std::string& p : parts) ok = ok && IsIdentifier(p);
+  if (!ok)
+    return Status::BadInput(
+        fmt::format("not an operator name: '{}' (expected 'aten.mm' or 'aten.mm.default')", op), where);
+  return s;
+}
+
+bool IsMemoryKind(const std::string& place) { return place == "device" || place == "pinned_host"; }
+
 // The checks both input forms share.
 Status Validate(const PolicySpec& spec, const std::string& where, int depth = 0) {
   if (depth > kMaxPolicyNesting)
     return Status::BadInput(fmt::format("policies nest deeper than {} levels", kMaxPolicyNesting), where);
   const KindInfo* kind = FindKind(spec.kind);
   if (!kind) return Status::BadInput(fmt::format("unknown policy '{}' (known: {})", spec.kind, KnownKinds()), where);
+  // As policies.py's constructors refuse them: JAX's memory kinds are the only places.
+  for (const std::string* place : {&spec.offload_src, &spec.offload_dst})
+    if (!IsMemoryKind(*place))
+      return Status::BadInput(fmt::format("{}: an offload place must be 'device' or 'pinned_host', not '{}'",
+                                          spec.kind, *place),
+                              where);
+  for (const std::string& name : spec.names)
+    if (name.empty()) return Status::BadInput(fmt::format("policy {}: an empty name", spec.kind), where);
+  for (const std::string& name : spec.offload_names)
+    if (name.empty()) return Status::BadInput(fmt::format("policy {}: an empty name", spec.kind), where);
   if (kind->arity == Arity::kNames && spec.names.empty())
     return Status::BadInput(fmt::format("policy {} needs at least one name", spec.kind), where);
   if (kind->arity == Arity::kSaveOffloadNames) {
@@ -248,6 +290,7 @@ Expected<PolicySpec> ParseOne(std::string_view text) {
     }
     case Arity::kTable: {
       // a=MUST_SAVE,b=PREFER_RECOMPUTE;op:aten.mm=MUST_SAVE;default=PREFER_RECOMPUTE
+      bool default_given = false;
       for (const std::string& part : SplitList(args, ';')) {
         std::string items = part;
         bool ops = false;
@@ -258,8 +301,13 @@ Expected<PolicySpec> ParseOne(std::string_view text) {
             return Status::BadInput(fmt::format("expected NAME=DECISION, got '{}'", item), where);
           std::string key = item.substr(0, eq);
           FXREMAT_ASSIGN_OR_RETURN(Decision d, DecisionFromName(item.substr(eq + 1)));
+          // A key given twice: which decision was meant is anyone's guess (the last
+          // one was kept, silently).
+          const bool repeated = (!ops && key == "default") ? std::exchange(default_given, true)
+                                                           : !(ops ? spec.by_op : spec.by_name).emplace(key, d).second;
+          if (repeated)
+            return Status::BadInput(fmt::format("'{}{}' is given twice", ops ? "op:" : "", key), where);
           if (!ops && key == "default") spec.default_decision = d;
-          else (ops ? spec.by_op : spec.by_name)[key] = d;
         }
       }
       break;
@@ -407,6 +455,25 @@ std::string PolicySpec::ToString() const {
   return kind;
 }
 
+// The ops of `spec` and its children (save_ops' list, checkpoint_policy's by_op
+// keys) in the graph's spelling (NormalizedOpName). Two spellings of one op in
+// a by_op table are refused: which decision holds would depend on the order.
+Status NormalizeOps(PolicySpec& spec, const std::string& where) {
+  for (std::string& op : spec.ops) {
+    FXREMAT_ASSIGN_OR_RETURN(std::string name, NormalizedOpName(op, where));
+    op = std::move(name);
+  }
+  std::map<std::string, Decision> by_op;
+  for (const auto& [op, d] : spec.by_op) {
+    FXREMAT_ASSIGN_OR_RETURN(std::string name, NormalizedOpName(op, where));
+    if (!by_op.emplace(name, d).second)
+      return Status::BadInput(fmt::format("checkpoint_policy: the op {} is given twice", name), where);
+  }
+  spec.by_op = std::move(by_op);
+  for (PolicySpec& child : spec.children) FXREMAT_RETURN_IF_ERROR(NormalizeOps(child, where));
+  return Status::Ok();
+}
+
 Expected<PolicySpec> ParsePolicy(std::string_view text) {
   // Policy names end up in JSON (the policy's JSON form, reports): a --policy
   // that is not UTF-8 made the JSON library throw (found by the fuzzer).
@@ -423,15 +490,25 @@ Expected<PolicySpec> ParsePolicy(std::string_view text) {
       spec.children.push_back(std::move(c));
     }
   }
+  FXREMAT_RETURN_IF_ERROR(NormalizeOps(spec, fmt::format("--policy '{}'", text)));
   FXREMAT_RETURN_IF_ERROR(Validate(spec, fmt::format("--policy '{}'", text)));
   return spec;
 }
 
 Expected<PolicySpec> PolicyFromJson(std::string_view text, std::string_view where) {
   if (Status depth = CheckJsonDepth(text, "the policy JSON"); !depth.ok()) return depth.WithContext(std::string(where));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::BadInput("malformed policy JSON", std::string(where));
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 5: ...": the
+    // line and column, which "malformed policy JSON" alone did not give.
+    std::string what = e.what();
+    if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
+    return Status::BadInput(fmt::format("malformed policy JSON: {}", what), std::string(where));
+  }
   FXREMAT_ASSIGN_OR_RETURN(PolicySpec spec, FromJson(j, std::string(where)));
+  FXREMAT_RETURN_IF_ERROR(NormalizeOps(spec, std::string(where)));
   FXREMAT_RETURN_IF_ERROR(Validate(spec, std::string(where)));
   return spec;
 }

@@ -2,6 +2,7 @@
 // saves under each policy on a two-layer program (seed 003's g(W, x) = sin(W x),
 // written as the joint graph AOTAutograd traces).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <set>
@@ -151,10 +152,42 @@ TEST_CASE("policies: malformed specs are bad input that names the problem") {
              Catch::Contains("save_from_both_policies combines policies that answer saveable or not"));
   CHECK_THAT(error(ParsePolicy("checkpoint_policy:a=SAVE_PLEASE")), Catch::Contains("unknown checkpoint policy decision"));
   CHECK_THAT(error(PolicyFromJson("{\"policy\": ", "p.json")), Catch::Contains("malformed policy JSON"));
+  CHECK_THAT(error(PolicyFromJson("{\"policy\":\n  \"dots_saveable\",,}", "p.json")),
+             Catch::Contains("line 2, column"));
   CHECK_THAT(error(PolicyFromJson(R"({"policy": "save_only_these_names", "name": ["a"]})", "p.json")),
              Catch::Contains("unknown key 'name'"));
   CHECK_THAT(error(PolicyFromJson(R"([{"policy": "dots_saveable"}, {"policy": "nope"}])", "p.json")),
              Catch::Contains("p.json/policies[1]: unknown policy 'nope'"));
+  // What policies.py's constructors refuse, the CLI refuses too (found by an audit).
+  CHECK_THAT(error(ParsePolicy("offload_dot_with_no_batch_dims:foo,bar")),
+             Catch::Contains("an offload place must be 'device' or 'pinned_host', not 'foo'"));
+  CHECK_THAT(error(ParsePolicy("save_and_offload_only_these_names:save=y;offload=z;src=foo")),
+             Catch::Contains("not 'foo'"));
+  CHECK_THAT(error(ParsePolicy("save_only_these_names:a,,b")), Catch::Contains("an empty name"));
+  CHECK_THAT(error(ParsePolicy("save_ops:mm")), Catch::Contains("not an operator name: 'mm'"));
+  CHECK_THAT(error(ParsePolicy("checkpoint_policy:default=MUST_SAVE;default=MUST_RECOMPUTE")),
+             Catch::Contains("'default' is given twice"));
+  CHECK_THAT(error(ParsePolicy("checkpoint_policy:a=MUST_SAVE,a=PREFER_RECOMPUTE")),
+             Catch::Contains("'a' is given twice"));
+  CHECK_THAT(error(ParsePolicy("checkpoint_policy:op:aten.mm=MUST_SAVE;op:aten::mm=PREFER_RECOMPUTE")),
+             Catch::Contains("the op aten.mm is given twice"));
+}
+
+TEST_CASE("policies: ops in PyTorch's other spellings name the graph's op, as in policies.py") {
+  // "aten::mv" on the command line matched nothing while Python's op_name made it
+  // "aten.mv": the same policy saved different values from the CLI and Python.
+  for (const char* spelling : {"aten::mm", "torch.ops.aten.mm", " aten.mm "}) {
+    INFO(spelling);
+    auto p = ParsePolicy(std::string("save_ops:") + spelling);
+    REQUIRE(p.ok());
+    CHECK(p->ops == std::vector<std::string>{"aten.mm"});
+    auto j = PolicyFromJson(fmt::format(R"({{"policy": "checkpoint_policy", "by_op": {{"{}": "MUST_SAVE"}}}})", spelling),
+                            "p.json");
+    REQUIRE(j.ok());
+    CHECK(j->by_op.count("aten.mm") == 1);
+  }
+  CHECK(ParsePolicy("save_ops:aten::mm.default")->ops == std::vector<std::string>{"aten.mm.default"});
+  CHECK(SavedUnder("save_ops:aten::mm").device == SavedUnder("save_ops:aten.mm").device);
 }
 
 TEST_CASE("policies: what the min cut saves under each JAX policy") {
