@@ -50,6 +50,12 @@ bool IsDeviceName(std::string_view name);
 // form refused; found by tests/fuzz/fuzz_loader.cpp.)
 bool IsPythonIdentifier(std::string_view name);
 bool IsDottedName(std::string_view name);
+// Python's reserved words ("def", "None", ...): a node named one reads from
+// JSON but its forward.py / the FX graph Python builds from it does not
+// compile (fxremat.load refused such a file that the CLI had written).
+bool IsPythonKeyword(std::string_view name);
+// "" for a good node name (an identifier, not a keyword), else what is wrong.
+std::string NodeNameProblem(std::string_view name);
 
 // Text read from users (the IR text form, --policy) is UTF-8, as the JSON form
 // that graphs and policies are written to must be: bad input at "line L, col C"

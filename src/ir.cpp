@@ -585,6 +585,25 @@ bool IsPythonIdentifier(std::string_view name) {
   return true;
 }
 
+bool IsPythonKeyword(std::string_view name) {
+  // keyword.kwlist of Python 3.11 (soft keywords such as match and type are identifiers).
+  static constexpr std::string_view kKeywords[] = {
+      "False", "None",   "True",    "and",      "as",       "assert", "async",  "await",    "break",
+      "class", "continue", "def",   "del",      "elif",     "else",   "except", "finally",  "for",
+      "from",  "global", "if",      "import",   "in",       "is",     "lambda", "nonlocal", "not",
+      "or",    "pass",   "raise",   "return",   "try",      "while",  "with",   "yield"};
+  if (name.size() < 2 || name.size() > 8) return false;
+  for (std::string_view k : kKeywords)
+    if (k == name) return true;
+  return false;
+}
+
+std::string NodeNameProblem(std::string_view name) {
+  if (!IsPythonIdentifier(name)) return "is not a Python identifier";
+  if (IsPythonKeyword(name)) return "is a Python keyword";
+  return "";
+}
+
 bool IsDottedName(std::string_view name) {
   for (size_t start = 0;;) {
     const size_t dot = name.find('.', start);

@@ -866,8 +866,8 @@ Status GraphReader<V>::CheckReferences(const std::vector<V>& nodes) {
     if (!IsString(name_field)) return Fail(fmt::format("/nodes/{}/name", i), "missing node name");
     std::string_view name = name_field->str();
     if (name.empty()) return Fail(fmt::format("/nodes/{}/name", i), "empty node name");
-    if (!IsPythonIdentifier(name))
-      return Fail(fmt::format("/nodes/{}/name", i), fmt::format("node name '{}' is not a Python identifier", name));
+    if (std::string problem = NodeNameProblem(name); !problem.empty())
+      return Fail(fmt::format("/nodes/{}/name", i), fmt::format("node name '{}' {}", name, problem));
     names[i] = name;
     if (size_t first = index_of_.Insert(i); first != NameIndex::kEmpty)
       return Fail(fmt::format("/nodes/{}/name", i),
@@ -1298,6 +1298,7 @@ Status GraphReader<V>::ParseNode(const V& j, size_t index, bool shared_index, Pa
   if (!IsString(name_field)) return Fail(JsonPath(path, "name"), "missing node name");
   const std::string_view name = name_field->str();
   if (name.empty() || !IsPythonIdentifier(name)) return Fail(JsonPath(path, "name"), "not an identifier");
+  if (IsPythonKeyword(name)) return Fail(JsonPath(path, "name"), fmt::format("node name '{}' is a Python keyword", name));
   out.name = name;
   // Read alone, the name goes into index_of_ right before the node is made,
   // its slot fetched meanwhile. Reading the node never looks its own name up

@@ -446,6 +446,9 @@ nlohmann::ordered_json SignatureToJsonDocument(const Signature& sig) {
 Expected<Signature> SignatureFromJson(const std::string& text, const std::string& where) {
   using json = nlohmann::json;
   FXREMAT_RETURN_IF_ERROR(CheckJsonDepth(text, "the signature").WithContext(where));
+  // The entry being read, for the message of a field of the wrong type or a
+  // missing one (nlohmann's names neither the key nor the entry).
+  std::string at;
   try {
     json j = json::parse(text);
     if (!j.is_object() || j.value("format", "") != "fxremat.signature")
@@ -459,7 +462,9 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
     sig.backward_num_inputs = j.at("backward").at("num_inputs").get<int64_t>();
     sig.backward_num_outputs = j.at("backward").at("num_outputs").get<int64_t>();
     sig.num_fwd_outputs = j.at("num_fwd_outputs").get<int64_t>();
-    for (const json& p : j.at("primals")) {
+    at = "/primals";
+    for (size_t entry = 0; const json& p : j.at("primals")) {
+      at = fmt::format("/primals/{}", entry++);
       PrimalEntry e;
       e.name = p.at("name").get<std::string>();
       e.forward_input_index = p.at("forward_input_index").get<int64_t>();
@@ -470,14 +475,18 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
         e.written_back_from = p["written_back_from"].get<int64_t>();
       sig.primals.push_back(std::move(e));
     }
-    for (const json& o : j.at("forward_outputs")) {
+    at = "/forward_outputs";
+    for (size_t entry = 0; const json& o : j.at("forward_outputs")) {
+      at = fmt::format("/forward_outputs/{}", entry++);
       ForwardOutputEntry e;
       e.forward_output_index = o.at("forward_output_index").get<int64_t>();
       if (o.contains("name") && o["name"].is_string()) e.name = o["name"].get<std::string>();
       if (o.contains("path") && o["path"].is_string()) e.path = o["path"].get<std::string>();
       sig.forward_outputs.push_back(std::move(e));
     }
-    for (const json& s : j.at("saved")) {
+    at = "/saved";
+    for (size_t entry = 0; const json& s : j.at("saved")) {
+      at = fmt::format("/saved/{}", entry++);
       SavedValue v;
       v.name = s.at("name").get<std::string>();
       v.kind = s.at("kind").get<std::string>() == "symint" ? SavedValue::Kind::kSymInt : SavedValue::Kind::kTensor;
@@ -515,7 +524,9 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
         v.origin_location = s["origin_location"].get<std::string>();
       sig.saved.push_back(std::move(v));
     }
-    for (const json& t : j.at("tangents")) {
+    at = "/tangents";
+    for (size_t entry = 0; const json& t : j.at("tangents")) {
+      at = fmt::format("/tangents/{}", entry++);
       TangentEntry e;
       e.name = t.at("name").get<std::string>();
       e.backward_input_index = t.at("backward_input_index").get<int64_t>();
@@ -523,7 +534,8 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
       sig.tangents.push_back(std::move(e));
     }
     if (j.contains("opaque_inputs") && j["opaque_inputs"].is_array())
-      for (const json& o : j["opaque_inputs"]) {
+      for (size_t entry = 0; const json& o : j["opaque_inputs"]) {
+        at = fmt::format("/opaque_inputs/{}", entry++);
         OpaqueInputEntry e;
         e.name = o.at("name").get<std::string>();
         e.forward_input_index = o.at("forward_input_index").get<int64_t>();
@@ -534,6 +546,7 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
     if (j.contains("notes") && j["notes"].is_array())
       for (const auto& note : j["notes"])
         if (note.is_string()) sig.notes.push_back(note.get<std::string>());
+    at = "/peak";
     if (j.contains("peak") && j["peak"].is_object()) {
       const json& pk = j["peak"];
       PeakSummary peak;
@@ -547,7 +560,9 @@ Expected<Signature> SignatureFromJson(const std::string& text, const std::string
     }
     return sig;
   } catch (const nlohmann::json::exception& e) {
-    return Status::BadInput(fmt::format("malformed signature: {}", e.what()), where);
+    std::string what = e.what();  // "[json.exception.type_error.302] type must be ..."
+    if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
+    return Status::BadInput(fmt::format("malformed signature{}: {}", at.empty() ? "" : " at " + at, what), where);
   }
 }
 

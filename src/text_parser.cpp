@@ -765,8 +765,8 @@ Status Parser::ParseDef(Lexer& lex) {
     FXREMAT_RETURN_IF_ERROR(lex.Advance());
     size_t col = lex.peek().col;
     FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectIdent());
-    if (!IsPythonIdentifier(name))
-      return lex.Error(col, fmt::format("node name '{}' is not a Python identifier", name));
+    if (std::string problem = NodeNameProblem(name); !problem.empty())
+      return lex.Error(col, fmt::format("node name '{}' {}", name, problem));
     if (graph_->findNode(name)) return lex.Error(col, fmt::format("duplicate node name '{}'", name));
     PendingInput* input = nullptr;
     for (auto& [n, in] : inputs_)
@@ -850,8 +850,8 @@ Status Parser::ParseBodyLine(Lexer& lex) {
   }
   size_t name_col = lex.peek().col;
   FXREMAT_ASSIGN_OR_RETURN(std::string name, lex.ExpectIdent());
-  if (!IsPythonIdentifier(name))
-    return lex.Error(name_col, fmt::format("node name '{}' is not a Python identifier", name));
+  if (std::string problem = NodeNameProblem(name); !problem.empty())
+    return lex.Error(name_col, fmt::format("node name '{}' {}", name, problem));
   if (graph_->findNode(name)) return lex.Error(name_col, fmt::format("duplicate node name '{}'", name));
   ValueFacts facts;
   if (lex.IsPunct(":")) {

@@ -160,11 +160,19 @@ Status WriteAllOrNothing(const std::string& dir, const std::vector<OutputFile>& 
     return Status::Ok();
   };
   for (const OutputFile& f : files) FXREMAT_RETURN_IF_ERROR(check_destination(f.name));
+  // The files are staged where they will be renamed from: in the output
+  // directory when it exists (its parent may be read-only: `-o /tmp` as an
+  // ordinary user was refused), else beside it, where it will be created.
+  const bool target_exists = fs::is_directory(target, ec);
   fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  fs::create_directories(parent, ec);
-  fs::path staging = parent / fmt::format(".{}.fxremat-staging.{}", target.filename().string(), ::getpid());
+  if (!target_exists) fs::create_directories(parent, ec);
+  fs::path staging = target_exists
+                         ? target / fmt::format(".fxremat-staging.{}", ::getpid())
+                         : parent / fmt::format(".{}.fxremat-staging.{}", target.filename().string(), ::getpid());
   fs::remove_all(staging, ec);
-  if (!fs::create_directory(staging, ec)) return Status::BadInput("cannot create the output directory", dir);
+  if (!fs::create_directory(staging, ec))
+    return Status::BadInput(target_exists ? "cannot write into the output directory" : "cannot create the output directory",
+                            dir);
   // The files are written at once, each on its own thread but the first
   // (Note [Texts beside the graphs]): a writer only reads what it writes, and
   // at a million nodes each graph takes about half a second. A thread that
@@ -583,6 +591,13 @@ int RunResiduals(const std::string& path, const PartitionFlags& flags) {
   return kExitOk;
 }
 
+// Whether two paths name one file (the second may not exist yet).
+bool SamePath(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (fs::equivalent(a, b, ec)) return true;
+  return fs::weakly_canonical(fs::absolute(a), ec) == fs::weakly_canonical(fs::absolute(b), ec);
+}
+
 // Destinations of their own for several outputs (pareto's -o and --plot): each
 // absent or a regular file, and no two the same.
 Status CheckSeparateDestinations(const std::vector<std::string>& paths) {
@@ -608,7 +623,13 @@ Status WriteFilesTogether(const std::vector<std::pair<std::string, std::string>>
     for (const std::string& tmp : staged) fs::remove(tmp, ec);
   };
   for (const auto& [file, text] : files) {
-    const std::string tmp = fmt::format("{}.fxremat-staging.{}", file, static_cast<long>(::getpid()));
+    // The staged name ends as the destination does: WriteFileAtomically
+    // gzips a ".gz" (pareto -o front.json.gz wrote plain JSON).
+    const fs::path dest(file);
+    const std::string tmp =
+        (dest.parent_path() / fmt::format(".fxremat-staging.{}.{}", static_cast<long>(::getpid()),
+                                          dest.filename().string()))
+            .string();
     if (Status st = WriteFileAtomically(tmp, text); !st.ok()) {
       remove_staged();
       return Status::BadInput("cannot write file; nothing was written", file);
@@ -752,6 +773,9 @@ int RunPareto(const std::string& path, const PartitionFlags& flags, int points, 
   for (const std::string& file : {out, plot})
     if (!file.empty()) destinations.push_back(file);
   if (Status st = CheckSeparateDestinations(destinations); !st.ok()) return Fail(st);
+  // An output over the input graph replaced it with the front (exit 0).
+  for (const std::string& file : destinations)
+    if (SamePath(file, path)) return Fail(Status::BadInput("is the input graph; nothing was written", file));
   auto graph = LoadForWork(path);
   if (!graph.ok()) return Fail(graph.status());
   if ((*graph)->kind() != GraphKind::kJoint)
@@ -770,8 +794,19 @@ int RunPareto(const std::string& path, const PartitionFlags& flags, int points, 
   return kExitOk;
 }
 
-int RunVerify(const std::string& path, const std::string& dir, uint64_t seed, double tolerance_scale,
+int RunVerify(const std::string& path, const std::string& dir, const std::string& seed_text, double tolerance_scale,
               const std::string& inputs_file) {
+  // A seed is a whole number in [0, 2^64): CLI11 took "-1" (wrapped) and
+  // 20-digit numbers past the range. A scale of 0, a negative one, inf or NaN
+  // made every comparison pass or fail whatever the graphs computed.
+  uint64_t seed = 0;
+  const char* const seed_end = seed_text.data() + seed_text.size();
+  if (auto [end, ec] = std::from_chars(seed_text.data(), seed_end, seed);
+      seed_text.empty() || ec != std::errc() || end != seed_end)
+    return Fail(Status::BadInput(fmt::format("expected a whole number from 0 to 2^64-1, got '{}'", seed_text), "--seed"));
+  if (!std::isfinite(tolerance_scale) || tolerance_scale <= 0)
+    return Fail(Status::BadInput(fmt::format("expected a finite number above 0, got {}", tolerance_scale),
+                                 "--tolerance-scale"));
   auto joint = LoadForWork(path);
   if (!joint.ok()) return Fail(joint.status());
   auto forward = LoadForWork((fs::path(dir) / "forward.json").string());
@@ -814,7 +849,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::string graph_path, out_dir, print, output;
-  uint64_t seed = 0;
+  std::string seed = "0";
   double tolerance_scale = 1.0;
   std::string inputs_file;
 

@@ -213,3 +213,117 @@ def test_verify_names_a_partition_of_another_graph(tmp_path):
     r = subprocess.run([CLI, "verify", str(TESTDATA / "gpt2_2l.json.gz"), str(out)], capture_output=True, text=True)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "the partition is not of this joint graph" in r.stderr, r.stderr
+
+
+# ---- found by a docs-and-contract audit ---------------------------------------------
+
+
+def test_pareto_never_writes_over_its_input_graph(tmp_path):
+    """`pareto G -o G` replaced the graph with the front and exited 0."""
+    graph = tmp_path / "g.json.gz"
+    graph.write_bytes((TESTDATA / "sin_mm.json.gz").read_bytes())
+    before = graph.read_bytes()
+    for flag in ("-o", "--plot"):
+        r = _cli("pareto", graph, "--points", "2", flag, graph)
+        assert r.returncode == 2, r.stderr
+        assert "is the input graph; nothing was written" in r.stderr
+        assert graph.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json.gz"]
+
+
+def test_pareto_gzips_a_gz_destination(tmp_path):
+    """The front went through a staging name without the .gz: plain JSON in a .gz file."""
+    front = tmp_path / "front.json.gz"
+    r = _cli("pareto", TESTDATA / "sin_mm.json.gz", "--points", "2", "-o", front)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(gzip.decompress(front.read_bytes()))["format"] == "fxremat.front"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["front.json.gz"]
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--seed", "-1", "--seed: expected a whole number"),
+    ("--seed", "99999999999999999999", "--seed: expected a whole number"),
+    ("--seed", "1.5", "--seed: expected a whole number"),
+    ("--tolerance-scale", "0", "--tolerance-scale: expected a finite number above 0"),
+    ("--tolerance-scale", "-1", "--tolerance-scale: expected a finite number above 0"),
+    ("--tolerance-scale", "nan", "--tolerance-scale: expected a finite number above 0"),
+    ("--tolerance-scale", "inf", "--tolerance-scale: expected a finite number above 0"),
+])
+def test_verify_refuses_seeds_and_tolerance_scales_out_of_range(tmp_path, flag, value, message):
+    """`--tolerance-scale inf` passed a tampered backward; `--seed -1` wrapped around."""
+    graph = TESTDATA / "sin_mm.json.gz"
+    assert _cli("partition", graph, "-o", tmp_path / "out").returncode == 0
+    r = _cli("verify", graph, tmp_path / "out", flag, value)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr
+
+
+def test_node_named_a_python_keyword_is_refused_by_every_reader(tmp_path):
+    """A node named `def` was read by the CLI and written into graphs that
+    fxremat.load then refused."""
+    doc = json.load(gzip.open(TESTDATA / "sin_mm.json.gz"))
+    old = doc["nodes"][-2]["name"]
+    doc["nodes"][-2]["name"] = "def"
+    text = json.dumps(doc).replace(f'{{"node": "{old}"}}', '{"node": "def"}')
+    graph = tmp_path / "g.json"
+    graph.write_text(text)
+    r = _cli("inspect", graph)
+    assert r.returncode == 2
+    assert "node name 'def' is a Python keyword" in r.stderr
+    assert f"/nodes/{len(doc['nodes']) - 2}/name" in r.stderr
+    with pytest.raises(fxremat.FormatError):
+        fxremat.load(str(graph))
+
+
+def test_partition_into_an_existing_directory_whose_parent_is_read_only():
+    """The staging directory was made in the output directory's parent: `-o /tmp` as an
+    ordinary user failed with 'cannot create the output directory'."""
+    import shutil
+    import tempfile
+    # Not pytest's tmp_path: its parents are private to this user, and the CLI may run
+    # as another one below.
+    tmp_path = Path(tempfile.mkdtemp(prefix="fxremat-ro-"))
+    parent = tmp_path / "ro"
+    out = parent / "rw"
+    out.mkdir(parents=True)
+    graph = tmp_path / "g.json.gz"
+    graph.write_bytes((TESTDATA / "sin_mm.json.gz").read_bytes())
+    for p in (tmp_path, graph):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    out.chmod(0o777)
+    parent.chmod(0o555)
+    try:
+        args = [CLI, "partition", str(graph), "-o", str(out)]
+        if os.geteuid() == 0:  # root writes anywhere: run it as nobody, where there is one
+            if shutil.which("setpriv") is None:
+                pytest.skip("running as root without setpriv to drop privileges")
+            args = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *args]
+        r = subprocess.run(args, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert sorted(p.name for p in out.iterdir()) == ["backward.json", "forward.json", "signature.json"]
+        assert sorted(p.name for p in parent.iterdir()) == ["rw"]
+    finally:
+        parent.chmod(0o755)
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_malformed_signature_names_the_entry(tmp_path):
+    """`verify` said only 'type must be number, but is string': which entry?"""
+    graph = TESTDATA / "sin_mm.json.gz"
+    out = tmp_path / "out"
+    assert _cli("partition", graph, "-o", out).returncode == 0
+    sig = json.loads((out / "signature.json").read_text())
+    sig["saved"][0]["bytes"] = "many"
+    (out / "signature.json").write_text(json.dumps(sig))
+    r = _cli("verify", graph, out)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "malformed signature at /saved/0: type must be number, but is string" in r.stderr
+    assert "signature.json" in r.stderr
+
+
+def test_a_truncated_policy_file_names_line_and_column(tmp_path):
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"policy":\n  "dots_saveable",,}')
+    r = _cli("residuals", TESTDATA / "sin_mm.json.gz", "--policy-file", policy)
+    assert r.returncode == 2
+    assert "malformed policy JSON: parse error at line 2, column" in r.stderr
