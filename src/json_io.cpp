@@ -3050,10 +3050,24 @@ namespace {
 // they are read without the limit.
 constexpr size_t kMemoryPerTextByte = 8;
 
-// The limit FXREMAT_MAX_INPUT_BYTES sets, if it holds a number.
+// The limit FXREMAT_MAX_INPUT_BYTES sets, if it is set and holds a number.
 std::optional<size_t> TextLimitFromEnv() {
   const size_t limit = SizeFromEnv("FXREMAT_MAX_INPUT_BYTES", kNoLimit);
   return limit == kNoLimit ? std::nullopt : std::optional<size_t>(limit);
+}
+
+// A set FXREMAT_MAX_INPUT_BYTES that is no whole number of bytes ("abc", "-1",
+// "1e6") is bad input: it fell back to the default limit without a word, so a
+// user who meant to raise the limit was refused by the one they had not set.
+Status CheckTextLimitFromEnv() {
+  const char* v = std::getenv("FXREMAT_MAX_INPUT_BYTES");
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  const std::string_view text(v);
+  size_t limit = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), limit);
+  if (ec != std::errc() || end != text.data() + text.size() || limit == kNoLimit)
+    return Status::BadInput(fmt::format("expected a whole number of bytes, got '{}'", text), "FXREMAT_MAX_INPUT_BYTES");
+  return Status::Ok();
 }
 
 size_t MaxTextBytes() {
@@ -3183,6 +3197,7 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
 }
 
 Expected<std::string> ReadFileContents(const std::string& path) {
+  FXREMAT_RETURN_IF_ERROR(CheckTextLimitFromEnv());
   return ReadFileContents(path, nullptr, MaxTextBytes());
 }
 
@@ -3193,6 +3208,7 @@ Expected<std::unique_ptr<Graph>> LoadGraphFile(const std::string& path) {
   PreparedParse prepared;
   std::function<void(size_t)> prepare;
   if (!is_text && !UseNlohmannIo()) prepare = [&prepared](size_t length) { prepared.Prepare(length); };
+  FXREMAT_RETURN_IF_ERROR(CheckTextLimitFromEnv());
   FXREMAT_ASSIGN_OR_RETURN(std::string contents, ReadFileContents(path, prepare, MaxTextBytes()));
   size_t first = contents.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (contents[first] == '#' || contents[first] == 'd')) is_text = true;

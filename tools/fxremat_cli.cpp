@@ -476,7 +476,10 @@ std::string PartitionSummary(const Partition& p, const std::string& partitioner,
     if (pk->budget_bytes) out += fmt::format(" (budget {} bytes)", *pk->budget_bytes);
     out += "\n";
   }
-  if (!out_dir.empty()) out += fmt::format("wrote {}/{{forward,backward,signature}}.json\n", out_dir);
+  if (!out_dir.empty())  // "-o out/" printed "out//{...}"
+    out += fmt::format("wrote {}/{{forward,backward,signature}}.json\n",
+                       out_dir.size() > 1 && out_dir.ends_with('/') ? out_dir.substr(0, out_dir.find_last_not_of('/') + 1)
+                                                                    : out_dir);
   return out;
 }
 

@@ -327,3 +327,15 @@ def test_a_truncated_policy_file_names_line_and_column(tmp_path):
     r = _cli("residuals", TESTDATA / "sin_mm.json.gz", "--policy-file", policy)
     assert r.returncode == 2
     assert "malformed policy JSON: parse error at line 2, column" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1e6", "123456789012345678901234"])
+def test_a_malformed_input_limit_in_the_environment_is_bad_input(value):
+    """FXREMAT_MAX_INPUT_BYTES=abc fell back to the default limit without a word."""
+    env = dict(os.environ, FXREMAT_MAX_INPUT_BYTES=value)
+    r = subprocess.run([CLI, "inspect", str(TESTDATA / "sin_mm.json.gz")], capture_output=True, text=True, env=env)
+    assert r.returncode == 2, r.stdout
+    assert f"FXREMAT_MAX_INPUT_BYTES: expected a whole number of bytes, got '{value}'" in r.stderr
+    env["FXREMAT_MAX_INPUT_BYTES"] = "100000000"
+    assert subprocess.run([CLI, "inspect", str(TESTDATA / "sin_mm.json.gz")], capture_output=True,
+                          env=env).returncode == 0
