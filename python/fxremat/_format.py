@@ -1023,7 +1023,10 @@ def save(
     dict from placeholder name), ``output_paths`` that of each forward output, and
     ``tangent_outputs`` the forward output each tangent belongs to (inferred from
     AOTAutograd's ``meta["desc"]`` when absent). The same graph always gives the same
-    bytes (gzip with mtime 0 and no file name).
+    bytes (gzip with mtime 0 and no file name). The graph and its constants sidecar
+    are written to temporary files and renamed into place, the sidecar first: a
+    failed save (a full disk) raises ``OSError`` naming the file and leaves the
+    files of an earlier save as they were.
     """
     doc = to_json(
         gm,
@@ -1036,17 +1039,51 @@ def save(
     )
     path = os.fspath(path)
     sidecar = _move_large_constants(doc, sidecar_name(path))
-    if sidecar is not None:
-        with open(os.path.join(os.path.dirname(path) or ".", sidecar_name(path)), "wb") as f:
-            f.write(sidecar)
     data = dumps(doc).encode("ascii")
     if path.endswith(".gz"):
         buf = io.BytesIO()
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as f:
             f.write(data)
         data = buf.getvalue()
-    with open(path, "wb") as f:
-        f.write(data)
+    files = [(path, data)]
+    if sidecar is not None:
+        # The sidecar is renamed into place before the graph (as WriteGraphFile in
+        # src/json_io.cpp does): a reader never sees a graph whose sidecar is missing.
+        files.insert(0, (os.path.join(os.path.dirname(path) or ".", sidecar_name(path)), sidecar))
+    _write_through_temporaries(files)
+
+
+def _write_through_temporaries(files: Sequence[tuple[str, bytes]]) -> None:
+    """Writes each ``(path, data)`` to ``path.tmp.PID`` beside it, then, once all are
+    complete, renames them into place in order (WriteThroughTemporary in
+    src/json_io.cpp), so that a failed write (a full disk) leaves no truncated file:
+    the temporaries are removed and the files already there are left as they were
+    (only a rename that fails after an earlier one, as in C++, leaves the earlier
+    file new). An OSError is raised again naming the file it was writing."""
+    pending: list[str] = []  # temporaries not yet renamed into place
+    target = files[0][0]
+    try:
+        for target, data in files:
+            tmp = f"{target}.tmp.{os.getpid()}"
+            with open(tmp, "wb") as f:
+                pending.append(tmp)
+                f.write(data)
+        for target, _ in files:
+            os.replace(pending[0], target)
+            pending.pop(0)
+    except BaseException as e:
+        for tmp in pending:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass  # already gone: nothing of it is left
+        if isinstance(e, OSError):
+            # A failed write() names no file; a failed open() or rename names the
+            # temporary. The message names the file the caller asked for.
+            if e.errno is None:
+                raise OSError(f"cannot write {target}: {e}") from e
+            raise OSError(e.errno, f"cannot write {target}: {e.strerror or e}") from e
+        raise
 
 
 # --------------------------------------------------------------------------------------

@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 _REBUILD_HINT = "rebuild it with `make build` (or `make test`) from the fxremat checkout"
 
@@ -150,12 +151,44 @@ def check_mincut_options(options: dict[str, str]) -> None:
         _extension().check_options(options)
 
 
-def _option_text(value: Any) -> str:
+# The options whose C++ value is a comma-separated list of indices (SetMinCutOption
+# in passes/min_cut_partition.cpp); every other option takes one value.
+INDEX_LIST_OPTIONS = ("static_lifetime_input_indices",)
+
+
+def options_mapping(options: Any, who: str = "fxremat") -> Mapping:
+    """``options`` (None: none), checked to be a mapping of names to values: a list of
+    pairs or a text such as ``"cse=false"`` is an error naming ``options``, not an
+    AttributeError from deep inside."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"{who}: options must be a dict of option names to values, not {type(options).__name__}")
+    return options
+
+
+def _option_text(name: str, value: Any, who: str = "fxremat") -> str:
+    """The C++ text of option ``name``'s value. A list or tuple is an index list, for
+    the options that take one only, and each element must be an int: ``int()`` would
+    read 0.5 as 0 (a budget of 0) and 1.7 as index 1."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return ",".join(str(int(v)) for v in value)
+        if name not in INDEX_LIST_OPTIONS:
+            raise TypeError(f"{who}: option {name} takes one value, not a {type(value).__name__} ({value!r})")
+        return ",".join(str(_index(name, v, who)) for v in value)
     return str(value)
+
+
+def _index(name: str, v: Any, who: str) -> int:
+    """An element of an index list: an int or another integer type (numpy's), never a
+    bool or a float."""
+    if not isinstance(v, bool):
+        try:
+            return operator.index(v)
+        except TypeError:
+            pass
+    raise TypeError(f"{who}: option {name} takes a list of int indices; {v!r} ({type(v).__name__}) is not one")
 
 
 OFFLOAD_TARGETS = ("torch", "torch_async", "xla")
@@ -293,9 +326,10 @@ def partition(
     from ._format import from_json
 
     request = PipelineRequest.make(policy, offload_target, barrier, keep_annotations)
-    opts = {str(k): _option_text(v) for k, v in (options or {}).items()}
+    opts = {str(k): _option_text(str(k), v) for k, v in options_mapping(options).items()}
     if static_lifetime_input_indices is not None:
-        opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
+        opts["static_lifetime_input_indices"] = _option_text("static_lifetime_input_indices",
+                                                             list(static_lifetime_input_indices))
     doc, sidecar_dir, path = _document_source(joint)
     fw_doc, bw_doc, signature = partition_document(doc, partitioner, opts, request, sidecar_dir=sidecar_dir, path=path)
     for note in signature.get("notes") or ():

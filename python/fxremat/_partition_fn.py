@@ -85,21 +85,21 @@ MINCUT_OPTIONS = (
     "device_tflops",
 )
 
-def check_partitioner(partitioner: str, options: dict | None) -> dict[str, str]:
+def check_partitioner(partitioner: str, options: dict | None, who: str = "fxremat") -> dict[str, str]:
     """Validates ``partitioner`` and the min-cut ``options``; returns them as the
-    extension's ``{name: text}`` map."""
-    from ._partition import _option_text, check_mincut_options
+    extension's ``{name: text}`` map. ``who`` begins the messages of bad options."""
+    from ._partition import _option_text, check_mincut_options, options_mapping
 
     if partitioner not in PARTITIONERS:
         raise ValueError(f"fxremat: unknown partitioner {partitioner!r} (available: {', '.join(PARTITIONERS)})")
     opts: dict[str, str] = {}
-    for k, v in (options or {}).items():
+    for k, v in options_mapping(options, who).items():
         if k not in MINCUT_OPTIONS:
             raise ValueError(
                 f"fxremat: unknown min-cut option {k!r}; the options are functorch config names: "
                 + ", ".join(MINCUT_OPTIONS)
             )
-        opts[k] = _option_text(v)
+        opts[k] = _option_text(k, v, who)
     if opts and partitioner != "mincut":
         raise ValueError(f"fxremat: min-cut options {sorted(opts)} do not apply to partitioner {partitioner!r}")
     check_mincut_options(opts)
@@ -228,7 +228,7 @@ def ambient_options(partitioner: str, explicit: dict | None = None) -> dict[str,
         value = getattr(cfg, name, default)
         if value == default:
             continue
-        opts[name] = _option_text(value)
+        opts[name] = _option_text(name, value)
         try:
             check_mincut_options({name: opts[name]})
         except ValueError as e:  # say where the value came from: no option of the call set it
@@ -904,7 +904,8 @@ def split_joint(
         t1 = time.perf_counter()
         opts = dict(options or {})
         if static_lifetime_input_indices is not None and partitioner == "mincut":
-            opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
+            opts["static_lifetime_input_indices"] = _option_text("static_lifetime_input_indices",
+                                                                 list(static_lifetime_input_indices))
         fw_doc, bw_doc, signature = partition_document(doc, partitioner, opts, request, brief=True)
         t2 = time.perf_counter()
         if signature.get("notes"):
@@ -964,7 +965,8 @@ def write_front(pareto_dir: str | os.PathLike, joint_module: fx.GraphModule, num
 
     opts = {k: v for k, v in options.items() if k not in _ONE_BUDGET_OPTIONS}
     if static_lifetime_input_indices is not None:
-        opts["static_lifetime_input_indices"] = _option_text(list(static_lifetime_input_indices))
+        opts["static_lifetime_input_indices"] = _option_text("static_lifetime_input_indices",
+                                                             list(static_lifetime_input_indices))
     front = peak_front(joint_document(joint_module, num_fwd_outputs), opts, policy, points)
     path = _new_dump_directory(pareto_dir, "front", None)
     with open(os.path.join(path, "front.json"), "w") as f:
@@ -1062,10 +1064,10 @@ class FxrematPartitionFn:
                  offload_target: str = "torch", barrier: bool = False, keep_annotations: bool = False,
                  dump_dir: str | os.PathLike | None = None, fallback: bool = False,
                  pareto_dir: str | os.PathLike | None = None) -> None:
-        from ._partition import PipelineRequest, flag_option
+        from ._partition import PipelineRequest, flag_option, options_mapping
 
         self.partitioner = partitioner
-        self.options = dict(options or {})
+        self.options = dict(options_mapping(options))
         self.extension_options = check_partitioner(partitioner, self.options)
         self.request = PipelineRequest.make(policy, offload_target, barrier, keep_annotations)
         if self.request.policy is not None and partitioner != "mincut":

@@ -87,7 +87,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ._partition import flag_option
+from ._partition import flag_option, options_mapping
 from ._partition_fn import MINCUT_OPTIONS, check_partitioner, partition_fn
 
 COMPILERS = ("inductor", "aot_eager", "eager")
@@ -118,7 +118,7 @@ class BackendOptions:
     @classmethod
     def parse(cls, options: dict | None) -> "BackendOptions":
         o = cls()
-        options = dict(options or {})
+        options = dict(options_mapping(options, "fxremat backend"))
         unknown = sorted(k for k in options if k not in BACKEND_OPTIONS and k not in MINCUT_OPTIONS)
         if unknown:
             raise ValueError(
@@ -154,7 +154,7 @@ class BackendOptions:
             # The budget bounds the peak of the graphs as Inductor runs them, which
             # inlines pointwise results (Note [Inductor fusion in the peak model]).
             o.mincut.setdefault("peak_model", "inductor")
-        check_partitioner(o.partitioner, o.mincut)
+        check_partitioner(o.partitioner, o.mincut, "fxremat backend")
         # policy, offload target and barrier are checked (and the policy parsed) here,
         # before any compile starts
         partition_fn(o.partitioner, o.mincut, policy=o.policy, offload_target=o.offload_target, barrier=o.barrier,

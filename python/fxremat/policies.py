@@ -128,6 +128,16 @@ class Policy:
             raise ValueError(f"{where}.policy: the policy kind must be a string, got {kind!r}")
         kind = {"checkpoint_dots": "dots_saveable",
                 "checkpoint_dots_with_no_batch_dims": "dots_with_no_batch_dims_saveable"}.get(kind, kind)
+        def strings(key: str) -> list:
+            # One string is a list of one, as the C++ reader (src/policy.cpp StringList)
+            # takes it: "names": "ab" was the two names 'a' and 'b' here and one in C++.
+            value = doc.get(key, [])
+            if isinstance(value, str):
+                return [value]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{where}.{key}: expected a list of strings, got {value!r}")
+            return list(value)
+
         kids = [cls.from_json(c, f"{where}.policies[{i}]") for i, c in enumerate(doc.get("policies", []))]
         if kind == "all_of":
             return all_of(*kids)
@@ -137,14 +147,14 @@ class Policy:
             return save_from_both_policies(*kids)
         if kind == "save_and_offload_only_these_names":
             return save_and_offload_only_these_names(
-                names_which_can_be_saved=doc.get("names", []), names_which_can_be_offloaded=doc.get("offload_names", []),
+                names_which_can_be_saved=strings("names"), names_which_can_be_offloaded=strings("offload_names"),
                 offload_src=doc.get("offload_src", "device"), offload_dst=doc.get("offload_dst", "pinned_host"))
         if kind == "offload_dot_with_no_batch_dims":
             return offload_dot_with_no_batch_dims(doc.get("offload_src", "device"), doc.get("offload_dst", "pinned_host"))
         if kind in _NAME_KINDS:
-            return globals()[kind](*doc.get("names", []))
+            return globals()[kind](*strings("names"))
         if kind == "save_ops":
-            return save_ops(*doc.get("ops", []))
+            return save_ops(*strings("ops"))
         if kind == "checkpoint_policy":
             return checkpoint_policy(by_name=doc.get("by_name"), by_op=doc.get("by_op"), default=doc.get("default"))
         return Policy(kind)
@@ -201,6 +211,8 @@ def _names(fn: str, names: tuple, *, at_least_one: bool = False) -> tuple[str, .
     out: list[str] = []
     for n in names:
         if isinstance(n, str):
+            if not n:  # no value is named '' (the C++ Validate refuses it, but only when partitioning)
+                raise ValueError(f"policy {fn}: an empty name ('') names no value")
             out.append(n)
         elif isinstance(n, Iterable):
             out.extend(_names(fn, tuple(n)))
@@ -325,6 +337,10 @@ def save_ops(*ops: Any) -> Policy:
     flat: list[Any] = []
     for o in ops:
         flat.extend(o) if isinstance(o, (list, tuple, set, frozenset)) else flat.append(o)
+    if not flat:
+        # Without ops it would be "recompute everything" spelled by accident; the C++
+        # Validate refuses it too, but only when partitioning. nothing_saveable says that.
+        raise ValueError("policy save_ops needs at least one op (to save no op's outputs: nothing_saveable)")
     return Policy("save_ops", ops=[op_name(o) for o in flat])
 
 
@@ -366,7 +382,11 @@ def as_policy_json(policy: Any) -> dict | None:
     if isinstance(policy, str):
         text = policy.strip()
         if text.startswith(("{", "[")):
-            return Policy.from_json(json.loads(text)).to_json()
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"malformed policy JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+            return Policy.from_json(doc).to_json()
         return parse(text).to_json()
     if callable(policy):
         raise TypeError(
