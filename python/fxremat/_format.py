@@ -1276,7 +1276,11 @@ def max_input_bytes() -> int:
     src/json_io.cpp: a gzip file can inflate a thousand times, and reading a text takes
     several times its length)."""
     env = os.environ.get("FXREMAT_MAX_INPUT_BYTES", "")
-    if env.isdigit():
+    if env:
+        # As the C++ reader (CheckTextLimitFromEnv): a set value that is no whole
+        # number of bytes is an error, not the default limit in silence.
+        if not (env.isascii() and env.isdigit()) or int(env) >= 2**64 - 1:
+            raise FormatError(f"FXREMAT_MAX_INPUT_BYTES: expected a whole number of bytes, got {env!r}")
         return int(env)
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8

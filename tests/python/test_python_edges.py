@@ -9,6 +9,7 @@ import dataclasses
 import errno
 import gzip
 import os
+import pathlib
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from fxremat import _format
 from fxremat import backend as fx_backend
 from fxremat import policies as P
 from fxremat._format import sidecar_name
+
+TESTDATA = pathlib.Path(__file__).resolve().parents[2] / "testdata"
 
 # --------------------------------------------------------------------------------------
 # save: through temporary files
@@ -333,3 +336,10 @@ def test_policy_json_takes_one_string_as_a_list_of_one_as_the_cli_does():
     assert P.Policy.from_json({"policy": "save_ops", "ops": "aten::mm"}).ops == ("aten.mm",)
     with pytest.raises(ValueError, match=r"policy\.names: expected a list of strings"):
         P.Policy.from_json({"policy": "save_only_these_names", "names": [1, 2]})
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1e6", "123456789012345678901234"])
+def test_a_malformed_input_limit_is_an_error_in_python_too(monkeypatch, value):
+    monkeypatch.setenv("FXREMAT_MAX_INPUT_BYTES", value)
+    with pytest.raises(fxremat.FormatError, match="FXREMAT_MAX_INPUT_BYTES: expected a whole number of bytes"):
+        fxremat.load(str(TESTDATA / "sin_mm.json.gz"))
