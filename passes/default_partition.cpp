@@ -109,7 +109,10 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
     // A random op (or one of its results) tagged for recompute is recomputed
     // only where its draw can be replayed (Note [Replaying random ops] in
     // passes/functionalize_rng.h); otherwise it is saved.
-    if (!MustRecompute(*n) || !n->meta().rare().reads_mutated.empty() || RandomOpMustBeSaved(*n)) add_unique(saved_values, n);
+    const Node* tuple = n->isGetItem() && !n->args().empty() && n->args()[0].is_node() ? n->args()[0].node : nullptr;
+    if (!MustRecompute(*n) || !n->meta().rare().reads_mutated.empty() || RandomOpMustBeSaved(*n) ||
+        (tuple && MustBeInForward(*tuple)))  // Note [Bodies that return their inputs]
+      add_unique(saved_values, n);
   }
   saved_syms.erase(std::remove_if(saved_syms.begin(), saved_syms.end(),
                                   [](Node* n) { return IsAssertOnlySymBool(*n); }),

@@ -348,6 +348,9 @@ void NetworkBuilder::AddNodeEdges(const Node& node) {
   else if (node.role() == PlaceholderRole::kFwdRng) BanRecomputationIfAllowed(node, "forward RNG seed", {}, /*forced=*/true);
   if (prefer_recompute && IsRandomOp(node) && !RandomOpReplayable(node))
     BanRecomputationIfAllowed(node, "random op whose draw cannot be replayed on its device", {}, /*forced=*/true);
+  if (node.meta().partitioner_tag == PartitionerTag::kIsForward && HopReturnsItsInputs(node))
+    BanRecomputationIfAllowed(node, "its body returns its inputs (Note [Bodies that return their inputs])", {},
+                              /*forced=*/true);
   if (RequiredFw(node) && !prefer_recompute)
     if (const char* reason = ShouldBanRecomputation(node)) BanRecomputationIfAllowed(node, reason);
 

@@ -20,8 +20,41 @@ bool MustBeInBackward(const Node& n) {
   return n.meta().partitioner_tag == PartitionerTag::kIsBackward && is_mutable;
 }
 
+// Note [Bodies that return their inputs]
+// AOTAutograd partitions an invoke_subgraph (torch.compiler.nested_compile_
+// region) body itself: its forward body returns what its backward body reads,
+// which includes the body's own inputs (a LayerNorm weight for the layer's
+// backward) as outputs -- aliases of the call's operands. In the forward they
+// are saved, never freed. Recomputed in the backward, the call's results are
+// buffers the backward frees after their last use, and Inductor then reused
+// one for its next result: it wrote into the parameter (a 3-block model under
+// dots_saveable or budget 0.0: four parameters changed by up to 1.0 in one
+// step; found by a bug hunt). PyTorch's min cut never recomputes the call
+// (a non-builtin op). Such a call stays in the forward and its results are
+// saved, whatever a policy or budget prefers.
+bool HopReturnsItsInputs(const Node& n) {
+  if (!n.isCallFunction() || !n.target().starts_with("higher_order.") || n.args().empty() || !n.args()[0].is_node())
+    return false;
+  const Graph* owner = n.owningGraph();
+  const Graph* body = owner ? owner->subgraphOf(*n.args()[0].node) : nullptr;
+  if (body == nullptr) return false;
+  for (const Node* out : body->outputValues()) {
+    // Through views to what they view.
+    for (int hops = 0; out != nullptr && hops < 64 && !out->isPlaceholder(); ++hops) {
+      if (!out->isCallFunction() || out->args().empty() || !out->args()[0].is_node() || !IsViewOp(*out)) break;
+      out = out->args()[0].node;
+    }
+    if (out != nullptr && out->isPlaceholder()) return true;
+  }
+  return false;
+}
+
 bool MustBeInForward(const Node& n) {
   if (n.meta().partitioner_tag == PartitionerTag::kMustBeInForward) return true;
+  // Only a call AOTAutograd traced in the forward (tagged is_forward): an
+  // untagged one may read tangents (a backward body returns a tangent as the
+  // gradient of an input it passes through), and must then run in the backward.
+  if (n.meta().partitioner_tag == PartitionerTag::kIsForward && HopReturnsItsInputs(n)) return true;
   const OpInfo* info = n.opInfo();
   bool is_mutable = info && info->hasSchema() && info->schema.isMutable();
   return n.meta().partitioner_tag != PartitionerTag::kIsBackward && n.meta().partitioner_tag != PartitionerTag::kMustBeInBackward &&

@@ -16,6 +16,9 @@ namespace fxremat {
 // and _must_be_in_forward.
 bool MustBeInBackward(const Node& n);
 bool MustBeInForward(const Node& n);
+// A higher-order op whose body returns one of its own inputs (or a view of
+// one): Note [Bodies that return their inputs].
+bool HopReturnsItsInputs(const Node& n);
 bool IsSymNode(const Node& n);
 // recompute is MUST_RECOMPUTE or PREFER_RECOMPUTE (the reference's must_recompute).
 bool MustRecompute(const Node& n);

@@ -488,3 +488,34 @@ def test_cli_verifies_subgraphs_returning_a_single_value(repo_root, tmp_path):
     subprocess.run([cli, "partition", str(path), "-o", str(out)], capture_output=True, text=True, check=True)
     verified = subprocess.run([cli, "verify", str(path), str(out)], capture_output=True, text=True)
     assert verified.returncode == 0 and "PASSED" in verified.stdout, verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize("how", ["budget 0.0", "nothing_saveable", "default"])
+def test_an_invoke_subgraph_body_returning_its_inputs_is_never_recomputed(how):
+    """Note [Bodies that return their inputs]: the forward body of a nested_compile_region
+    returns what its backward reads, the block's input among it. Recomputed in the
+    backward (budget 0.0, a policy), the call's results were buffers Inductor reused
+    after their last use: it wrote into the parameters the body returned (a 3-block
+    LayerNorm/Linear model under dots_saveable: four parameters changed by up to 1.0 in
+    one step). The call stays in the forward; its results are saved."""
+    if how == "budget 0.0":
+        fn = fxremat.partition_fn(options={"activation_memory_budget": 0.0})
+    elif how == "default":  # recompute tags from torch.utils.checkpoint, under the default partitioner
+        fn = fxremat.partition_fn("default")
+    else:
+        fn = fxremat.partition_fn(policy=how)
+    joints = [(j, kw) for j, kw in _joints("nested_region")  # not the bodies' own joints
+              if any(n.target is torch.ops.higher_order.invoke_subgraph for n in j.graph.nodes)]
+    assert joints
+    for joint, kw in joints:
+        if how == "default":
+            for n in joint.graph.nodes:
+                if n.meta.get("partitioner_tag") == "is_forward" and n.op == "call_function":
+                    n.meta["recompute"] = torch.utils.checkpoint.CheckpointPolicy.PREFER_RECOMPUTE
+            kw = {k: v for k, v in kw.items() if k in ("num_fwd_outputs", "static_lifetime_input_indices")}
+        fw, bw = fn(copy.deepcopy(joint), None, **kw)
+        calls = lambda gm: [n for n in gm.graph.nodes  # noqa: E731
+                            if n.target is torch.ops.higher_order.invoke_subgraph]
+        fw_bodies = {n.args[0].target for n in calls(fw)}
+        assert fw_bodies, fw.graph
+        assert not [n for n in calls(bw) if n.args[0].target in fw_bodies or "fw" in n.args[0].target], bw.graph
