@@ -513,17 +513,21 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
         add("of the sums, which can exceed the sum of the phases' medians above); **load, .json** = the same")
         add("for the same runs of the CLI on the graph's uncompressed JSON (written to a temporary file first,")
         add("so read from the page cache: JSON load without gunzip); **write** = the bytes of")
-        add("`forward.json` + `backward.json` ÷ write-graph (format 1.5: each distinct stack trace once; the")
-        add("two writers' times summed, so this is one writer's rate, not the wall-clock rate of both).")
+        add("`forward.json` + `backward.json` (format 1.5: each distinct stack trace once) ÷ write-files,")
+        add("the wall time the CLI spends writing its three files (signature.json too) while it simulates the")
+        add("peak: a lower bound of the rate at which the graphs are written; **one writer** = the same bytes")
+        add("÷ write-graph, the two writers' times summed, each slowed by the others it shares the 2 cores")
+        add("with (information, not the target).")
         add("**CLI peak RSS** is the CLI's own VmHWM (`peak-rss-kb`, printed with the phases), the largest")
         add("over the runs.")
         add("")
         add("| graph | JSON read | load | load MB/s | load, .json | load MB/s, .json | written | write | write MB/s "
-            "| CLI peak RSS |")
-        add("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            "| one writer | one writer MB/s | CLI peak RSS |")
+        add("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in phase_rows:
             load = cli_load(r, "cli")
-            write = r["cli_phases"].get("write-graph", 0.0)
+            write = r["cli_phases"].get("write-files", 0.0)
+            one_writer = r["cli_phases"].get("write-graph", 0.0)
             mb_in, mb_out = r["json_bytes"] / 1e6, r["cli_written_bytes"] / 1e6
             if r.get("cli_json_phases"):
                 load_json = cli_load(r, "cli_json")
@@ -532,6 +536,7 @@ def write_markdown(meta: dict, rows: list[dict], path: Path, png_name: str) -> N
                 plain = "– | –"
             add(f"| `{r['name']}` | {mb_in:,.1f} MB | {fmt_ms(load)} | {mb_in / (load / 1e3):,.0f} | {plain} "
                 f"| {mb_out:,.1f} MB | {fmt_ms(write)} | {mb_out / (write / 1e3) if write else float('nan'):,.0f} "
+                f"| {fmt_ms(one_writer)} | {mb_out / (one_writer / 1e3) if one_writer else float('nan'):,.0f} "
                 f"| {r['cli_max_rss_kb'] / 1024:,.0f} MiB |")
         add("")
     add("## Targets")
@@ -639,12 +644,20 @@ def evaluate_targets(rows: list[dict], meta: dict) -> list[str]:
             parts.append(f"{label}: " + _rate_verdict(rated, TARGET_LOAD_MBPS, with_size=True))
         out.append(f"JSON load ≥ {TARGET_LOAD_MBPS} MB/s of uncompressed JSON, on every graph: " + "; ".join(parts) + ".")
     # Issue 11: write >= 200 MB/s (the I/O table's write MB/s: forward.json + backward.json bytes
-    # over the write-graph phase).
-    writes = [(r["cli_written_bytes"] / 1e6 / (r["cli_phases"]["write-graph"] / 1e3), r)
-              for r in loads if r.get("cli_written_bytes") and r["cli_phases"].get("write-graph")]
+    # over the wall time of write-files, which writes signature.json and simulates the peak too;
+    # one writer's rate, over its share of the cores, for information).
+    writes = [(r["cli_written_bytes"] / 1e6 / (r["cli_phases"]["write-files"] / 1e3), r)
+              for r in loads if r.get("cli_written_bytes") and r["cli_phases"].get("write-files")]
     if writes:
-        out.append(f"JSON write ≥ {TARGET_WRITE_MBPS} MB/s, on every graph: "
-                   + _rate_verdict(writes, TARGET_WRITE_MBPS, with_size=False) + ".")
+        line = (f"JSON write ≥ {TARGET_WRITE_MBPS} MB/s, on every graph (the CLI's wall time of writing): "
+                + _rate_verdict(writes, TARGET_WRITE_MBPS, with_size=False))
+        one_writer = [(r["cli_written_bytes"] / 1e6 / (r["cli_phases"]["write-graph"] / 1e3), r)
+                      for r in loads if r.get("cli_written_bytes") and r["cli_phases"].get("write-graph")]
+        if one_writer:
+            worst, worst_row = min(one_writer, key=lambda x: x[0])
+            line += (f"; for information, one writer's rate over its time sharing the cores: lowest {worst:,.0f} MB/s"
+                     f" (`{worst_row['name']}`)")
+        out.append(line + ".")
     return out
 
 
