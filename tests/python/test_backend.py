@@ -576,3 +576,43 @@ def test_sparse_embedding_gradient(options, fresh_compile_state):
     assert m.e.weight.grad.layout == torch.sparse_coo
     torch.testing.assert_close(m.e.weight.grad.to_dense(), ref.e.weight.grad.to_dense())
     torch.testing.assert_close(m.l.weight.grad, ref.l.weight.grad)
+
+
+@pytest.mark.parametrize("policy", ["dots_saveable", None])
+def test_compiled_autograd_with_a_graph_break_after_a_recomputed_attention(policy):
+    """Note [No recompute tags in the backward]: the backward graph kept the policy's
+    recompute tags on the nodes it recomputes, an SDPA among them; compiled autograd
+    inlines it, and the frame resumed after a graph break in a hook went through
+    AOTAutograd's forward-loss-backward remat, which refused it: "does not support RNG
+    ops in recompute regions"."""
+    from torch._dynamo import compiled_autograd
+
+    d, heads = 16, 2
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.qkv, self.o = torch.nn.LayerNorm(d), torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return x + self.o(a.transpose(1, 2).reshape(b, t, d))
+
+    def break_graph(g):
+        torch._dynamo.graph_break()
+        return g
+
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(2, 8, d)
+    want = torch.autograd.grad(model(x).pow(2).mean(), list(model.parameters()))
+    options = {"compiler": "aot_eager", "activation_memory_budget": 0.0} if policy is None else \
+        {"compiler": "aot_eager", "policy": policy}
+    compile_fn = lambda g: torch.compile(g, backend="fxremat", options=options)  # noqa: E731
+    with compiled_autograd._enable(compile_fn):
+        out = compile_fn(model)(x)
+        out.register_hook(break_graph)
+        out.pow(2).mean().backward()
+    for w, p in zip(want, model.parameters()):
+        torch.testing.assert_close(p.grad, w)
