@@ -255,6 +255,18 @@ std::unique_ptr<Graph> BuildSubgraph(const Graph& joint, const std::vector<Node*
     Node* copy = g->createNodeLike(n, std::move(args), std::move(kwargs));
     copy->val() = n.val();
     copy->meta() = n.meta();
+    if (which == Subgraph::kBackward) {
+      // Note [No recompute tags in the backward]: the backward runs every node it
+      // holds; a tag left on one asks a later pass to recompute it again. Compiled
+      // autograd inlines this graph, and after a graph break its resumed frame goes
+      // through AOTAutograd's forward-loss-backward remat, which refuses tagged random
+      // ops ("does not support RNG ops in recompute regions"): an SDPA without dropout,
+      // which fxremat recomputes (Note [Attention without dropout]) and PyTorch's min
+      // cut never does, failed the step. The Python builder copies these graphs, so
+      // the CLI and partition_fn emit the same untagged backward.
+      copy->meta().recompute = Decision::kNone;
+      if (copy->meta().rare().ac_graph_id) copy->meta().mutableRare().ac_graph_id.reset();
+    }
     env[n.index()] = copy;
     if (const OpInfo* info = n.opInfo())  // copied once per target, or shared by a scratch graph
       copy->cacheOpInfo(share_op_facts ? info : &g->ops().try_emplace(info->target, *info).first->second);

@@ -523,14 +523,8 @@ class _Builder:
         _sync_recompute(n.meta, entry)
         if self.mark_backward:
             n.meta["autograd_backward"] = True
-            # Note [No recompute tags in the backward]: the backward runs every node it
-            # holds; a tag left on one asks a later pass to recompute it again. Compiled
-            # autograd inlines this graph, and after a graph break its resumed frame goes
-            # through AOTAutograd's forward-loss-backward remat, which refuses tagged
-            # random ops ("does not support RNG ops in recompute regions"): an SDPA
-            # without dropout, which fxremat recomputes (Note [Attention without
-            # dropout]) and PyTorch's min cut never does, failed the step. (Found by a
-            # bug hunt: a policy or budget, compiled autograd, a hook with a graph break.)
+            # Note [No recompute tags in the backward] (src/extract_partition.cpp): C++
+            # drops them (_sync_recompute above follows it); the region ids go with them.
             n.meta.pop("recompute", None)
             n.meta.pop("ac_graph_id", None)
         env[name] = n
