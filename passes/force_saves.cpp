@@ -62,6 +62,17 @@ bool IsForwardEffect(const Node& n) {
   return IsWithEffects(n) && !MustRecompute(n) && n.meta().partitioner_tag != PartitionerTag::kIsBackward;
 }
 
+// Note [Bodies that return their inputs] (src/classify.cpp): such a call stays
+// in the forward. Its results are MUST_SAVE so that every partitioner and
+// every objective agrees: a checkpoint region around the call tags them
+// PREFER_RECOMPUTE, and the budget solver, which never saves a value tagged
+// for recompute, then had no way to give the backward the call's results
+// ("'invoke_subgraph_4' ... must run in the other graph": checkpoint around a
+// nested_compile_region call under any budget, found by a bug hunt).
+bool IsPinnedHop(const Node& n) {
+  return n.meta().partitioner_tag == PartitionerTag::kIsForward && HopReturnsItsInputs(n);
+}
+
 }  // namespace
 
 bool NeedsForcedSaves(const Graph& joint) {
@@ -69,7 +80,7 @@ bool NeedsForcedSaves(const Graph& joint) {
   for (const auto& up : joint.nodes())
     if (IsCollective(*up) && !MustRecompute(*up) && up->meta().recompute != Decision::kMustSave) return true;
   for (const auto& up : joint.nodes()) {
-    if (!IsForwardEffect(*up)) continue;
+    if (!IsForwardEffect(*up) && !IsPinnedHop(*up)) continue;
     bool unsaved = false;
     ForEachEffectfulResult(*up, [&](const Node& r) { unsaved = unsaved || r.meta().recompute != Decision::kMustSave; });
     if (unsaved) return true;
@@ -89,7 +100,7 @@ Expected<bool> ForceSaves(Graph& joint) {
   for (const auto& up : joint.nodes())
     if (IsCollective(*up) && !MustRecompute(*up)) make_must_save(*up);
   for (const auto& up : joint.nodes())
-    if (IsForwardEffect(*up)) ForEachEffectfulResult(*up, [&](const Node& r) { make_must_save(const_cast<Node&>(r)); });
+    if (IsForwardEffect(*up) || IsPinnedHop(*up)) ForEachEffectfulResult(*up, [&](const Node& r) { make_must_save(const_cast<Node&>(r)); });
   std::set<const Node*> mutated_in_backward;
   std::vector<Node*> sources;
   ForEachTailCopy(joint, [&](const Node& n) {

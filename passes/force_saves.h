@@ -15,6 +15,10 @@
 //   chain, or an invoke_subgraph whose body runs one) are MUST_SAVE unless it
 //   is tagged for recompute or is_backward: the effect happens once
 //   (the reference's force_save_effectful_ops; Note [Higher-order ops]).
+//   So are the results of a forward higher-order op whose body returns its own
+//   inputs (Note [Bodies that return their inputs]), whatever a checkpoint
+//   region's tags prefer: the call stays in the forward, so the backward can
+//   only read its results saved.
 #pragma once
 
 #include "fxremat/ir.h"

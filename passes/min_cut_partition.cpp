@@ -696,8 +696,12 @@ Expected<MinCutSolution> SolveMinCut(const Graph& joint, const JointClassificati
       // Random ops are never replayed (they would draw again): their results
       // are saved too -- where PyTorch would functionalize the RNG instead.
       const Node* tuple = n->isGetItem() && !n->inputs().empty() ? n->inputs()[0] : nullptr;
+      // So are the values that must be saved (Note [Forced saves]: effects,
+      // collectives, the results of a call that stays in the forward) and a
+      // value that cannot leave the forward: the backward cannot recompute them.
       const bool marked = !n->meta().rare().reads_mutated.empty() || (tuple && !tuple->meta().rare().reads_mutated.empty()) ||
-                          IsRandomOp(*n) || (tuple && IsRandomOp(*tuple));
+                          IsRandomOp(*n) || (tuple && IsRandomOp(*tuple)) || n->meta().recompute == Decision::kMustSave ||
+                          MustBeInForward(*n) || (tuple && MustBeInForward(*tuple));
       if (marked && n->val().is_tensor()) { extra[n->index()] = true; continue; }
       for (const Node* in : n->inputs()) stack.push_back(in);
     }

@@ -519,3 +519,55 @@ def test_an_invoke_subgraph_body_returning_its_inputs_is_never_recomputed(how):
         fw_bodies = {n.args[0].target for n in calls(fw)}
         assert fw_bodies, fw.graph
         assert not [n for n in calls(bw) if n.args[0].target in fw_bodies or "fw" in n.args[0].target], bw.graph
+
+
+class _CheckpointedRegions(torch.nn.Module):
+    """Three blocks, each a nested_compile_region call, optionally inside
+    torch.utils.checkpoint (its tags reach the call and its results)."""
+
+    def __init__(self, checkpointed: bool):
+        super().__init__()
+        self.checkpointed = checkpointed
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 16)) for _ in range(3))
+
+    def forward(self, x):
+        for b in self.blocks:
+            if self.checkpointed:
+                x = torch.utils.checkpoint.checkpoint(_run_block, b, x, use_reentrant=False)
+            else:
+                x = _run_block(b, x)
+        return x.pow(2).mean()
+
+
+@torch.compiler.nested_compile_region
+def _run_block(block, x):
+    return x + block(x)
+
+
+@pytest.mark.parametrize("checkpointed,options", [
+    (True, {"activation_memory_budget": 0.0}),
+    (True, {"activation_memory_budget": 0.5}),
+    (True, {"memory_budget_bytes": 1 << 30}),
+    (True, {"activation_memory_budget": 0.0, "budget_objective": "saved"}),
+    (False, {"activation_memory_budget": 0.0, "budget_objective": "saved"}),
+], ids=["ckpt-b0", "ckpt-b0.5", "ckpt-bytes", "ckpt-saved0", "saved0"])
+def test_a_call_that_stays_in_the_forward_is_saved_under_every_budget(checkpointed, options):
+    """Note [Forced saves]: the results of a call whose body returns its inputs (it stays
+    in the forward, Note [Bodies that return their inputs]) are MUST_SAVE. A checkpoint
+    around a nested_compile_region call tags them PREFER_RECOMPUTE; the budget solver,
+    which never saves a value tagged for recompute, and the 'saved' objective at budget
+    0, which saved only the primals, left the backward nothing to read them from: the
+    compile failed ("'invoke_subgraph_4' ... must run in the other graph")."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _CheckpointedRegions(checkpointed)
+    x = torch.randn(4, 16)
+    model(x).backward()
+    expected = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        loss = torch.compile(model, backend="fxremat", options={"compiler": "aot_eager", **options})(x)
+    loss.backward()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[k], msg=k)
