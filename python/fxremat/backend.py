@@ -210,6 +210,16 @@ def _interpreter_compiler(gm, example_inputs):
     return run
 
 
+def _calls_nested_regions(gm) -> bool:
+    """Whether a Dynamo graph (or a graph module it holds) calls invoke_subgraph."""
+    import torch
+
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    if hop is None:
+        return False
+    return any(n.target is hop for m in gm.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes)
+
+
 def fxremat_backend(gm, example_inputs: Sequence[Any], *, options: dict | None = None, mode: str | None = None):
     """The ``"fxremat"`` backend: ``torch.compile(model, backend="fxremat", options=...)``.
 
@@ -233,7 +243,18 @@ def fxremat_backend(gm, example_inputs: Sequence[Any], *, options: dict | None =
             if mode is not None and mode != "default":
                 config_patches.update(torch._inductor.list_mode_options(mode))
             config_patches["custom_partitioner_fn"] = _inductor_partitioner_class()(pf)
-            return compile_fx(gm, example_inputs, config_patches=config_patches)
+            # Note [Donated buffers and nested regions]: Inductor lowers an
+            # invoke_subgraph body with the outer backward's donated-buffer indices
+            # (GraphLowering reads get_donated_idxs() from the tracing context) and
+            # applies them to the body's own placeholders by position. A body tangent
+            # that lands on one is written in place and returned, while the outer
+            # backward still reuses its dead buffer: the gradients upstream of the
+            # region were wrong (a 3-block nested_compile_region transformer under
+            # dots_saveable; PyTorch's own Inductor compile hits it on other models).
+            # Graphs that call a nested region compile without donated buffers.
+            donate = {"donated_buffer": False} if _calls_nested_regions(gm) else {}
+            with torch._functorch.config.patch(donate):
+                return compile_fx(gm, example_inputs, config_patches=config_patches)
 
         from torch._dynamo.backends.common import aot_autograd
         from torch._dynamo.backends.debugging import boxed_nop

@@ -571,3 +571,52 @@ def test_a_call_that_stays_in_the_forward_is_saved_under_every_budget(checkpoint
     loss.backward()
     for k, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[k], msg=k)
+
+
+class _RegionTransformer(torch.nn.Module):
+    """Three pre-norm attention/MLP blocks, each a nested_compile_region call."""
+
+    def __init__(self, d: int = 32):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_AttentionBlock(d) for _ in range(3))
+        self.head = torch.nn.Linear(d, 16)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = _run_block(b, x)
+        return self.head(x).pow(2).mean()
+
+
+class _AttentionBlock(torch.nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.ln1, self.qkv, self.o = torch.nn.LayerNorm(d), torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.ln2, self.f1, self.f2 = torch.nn.LayerNorm(d), torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, 4, d // 4).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.f2(torch.nn.functional.gelu(self.f1(self.ln2(x))))
+
+
+def test_nested_regions_under_inductor_compile_without_donated_buffers():
+    """Note [Donated buffers and nested regions] (backend.py): Inductor applies the outer
+    backward's donated-buffer indices to an invoke_subgraph body's placeholders; under
+    dots_saveable a body tangent landed on one, was overwritten in place, and the
+    gradients of the first block were wrong by up to 0.03."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _RegionTransformer()
+    x = torch.randn(2, 8, 32)
+    model(x).backward()
+    expected = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    import torch._inductor.config as inductor_config
+
+    with torch._functorch.config.patch(enable_autograd_cache=False), inductor_config.patch(fx_graph_cache=False):
+        loss = torch.compile(model, backend="fxremat", options={"compiler": "inductor", "policy": "dots_saveable"})(x)
+        loss.backward()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[k], msg=k, rtol=1e-4, atol=1e-4)
