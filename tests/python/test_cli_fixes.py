@@ -339,3 +339,15 @@ def test_a_malformed_input_limit_in_the_environment_is_bad_input(value):
     env["FXREMAT_MAX_INPUT_BYTES"] = "100000000"
     assert subprocess.run([CLI, "inspect", str(TESTDATA / "sin_mm.json.gz")], capture_output=True,
                           env=env).returncode == 0
+
+
+def test_pareto_offers_no_byte_budget():
+    """The front spans every budget: pareto's help does not list --memory-budget, the
+    flag is a usage error, and a byte budget through --config is refused by name."""
+    graph = TESTDATA / "fg_chain.json.gz"
+    assert "--memory-budget" not in _cli("pareto", "--help").stdout
+    assert "--memory-budget" in _cli("partition", "--help").stdout
+    r = _cli("pareto", graph, "--memory-budget", "1KB")
+    assert r.returncode == 2 and "--memory-budget" in r.stderr, r.stderr
+    r = _cli("pareto", graph, "--config", "memory_budget_bytes=1000")
+    assert r.returncode == 2 and "memory_budget_bytes (1000) does not apply" in r.stderr, r.stderr
