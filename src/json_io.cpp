@@ -2435,11 +2435,39 @@ namespace {
 // The pre-issue-11 path: depth check, nlohmann's parser, the reader over its DOM.
 // Every document simdjson refuses comes here, so that its message is the one
 // nlohmann gives (line and column) or the depth check's.
+// nlohmann's DOM builder, noting the first integer literal too large for
+// 64 bits, which nlohmann reads as a double (simdjson refuses it, and the read
+// falls back here): a graph has no such integer, and Python's reader refuses
+// it ("outside int64"), so this reader does too rather than read a float.
+class SaxNotingBigIntegers : public nlohmann::detail::json_sax_dom_parser<json> {
+ public:
+  using Base = nlohmann::detail::json_sax_dom_parser<json>;
+  using Base::Base;
+  bool number_float(json::number_float_t value, const json::string_t& literal) {
+    if (!big_integer && literal.find_first_of(".eE") == json::string_t::npos) big_integer = literal;
+    return Base::number_float(value, literal);
+  }
+  std::optional<std::string> big_integer;
+};
+
+// "line L, column C" of the first occurrence of `token` in `text`, or "".
+std::string LineAndColumnOf(std::string_view text, std::string_view token) {
+  const size_t at = token.empty() ? std::string_view::npos : text.find(token);
+  if (at == std::string_view::npos) return {};
+  const size_t line = static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n')) + 1;
+  const size_t line_start = text.rfind('\n', at);
+  return fmt::format("line {}, column {}", line, at - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1);
+}
+
 Expected<std::unique_ptr<Graph>> ReadWithNlohmann(std::string_view text, const std::string& sidecar_dir) {
   FXREMAT_RETURN_IF_ERROR(CheckJsonDepth(text, "the JSON document"));
   json doc;
   try {
-    doc = json::parse(text.begin(), text.end());
+    SaxNotingBigIntegers sax(doc);
+    json::sax_parse(text.begin(), text.end(), &sax);
+    if (sax.big_integer)
+      return Status::BadInput(fmt::format("the integer {} is outside int64", *sax.big_integer),
+                              LineAndColumnOf(text, *sax.big_integer));
   } catch (const json::parse_error& e) {
     // e.what() reads "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
     std::string what = e.what();
@@ -2451,14 +2479,8 @@ Expected<std::unique_ptr<Graph>> ReadWithNlohmann(std::string_view text, const s
     std::string what = e.what();
     if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
     std::string where;
-    if (auto q = what.find('\''); q != std::string::npos) {
-      const std::string token = what.substr(q + 1, what.rfind('\'') - q - 1);
-      if (size_t at = token.empty() ? std::string_view::npos : text.find(token); at != std::string_view::npos) {
-        const size_t line = static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n')) + 1;
-        const size_t line_start = text.rfind('\n', at);
-        where = fmt::format("line {}, column {}", line, at - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1);
-      }
-    }
+    if (auto q = what.find('\''); q != std::string::npos)
+      where = LineAndColumnOf(text, what.substr(q + 1, what.rfind('\'') - q - 1));
     return Status::BadInput(fmt::format("malformed JSON: {}", what), where);
   }
   return GraphFromJsonDocument(doc, sidecar_dir);

@@ -351,3 +351,19 @@ def test_pareto_offers_no_byte_budget():
     assert r.returncode == 2 and "--memory-budget" in r.stderr, r.stderr
     r = _cli("pareto", graph, "--config", "memory_budget_bytes=1000")
     assert r.returncode == 2 and "memory_budget_bytes (1000) does not apply" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("value", [18446744073709551617, -9223372036854775809, 10**30])
+def test_an_integer_beyond_64_bits_is_refused_by_both_readers(value, tmp_path):
+    """simdjson refuses such a literal and the CLI fell back to nlohmann, which read it as
+    a double: a view's size became a float in the CLI while Python refused the file."""
+    doc = json.loads(gzip.decompress((TESTDATA / "fg_chain.json.gz").read_bytes()))
+    view = next(n for n in doc["nodes"] if n["name"] == "view")
+    view["args"][1] = [7, value]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(doc))
+    r = _cli("inspect", path)
+    assert r.returncode == 2 and f"the integer {value} is outside int64" in r.stderr and "line 1, column" in r.stderr, \
+        r.stdout + r.stderr
+    with pytest.raises(fxremat.FormatError, match="outside int64"):
+        fxremat.load(path)
