@@ -2677,6 +2677,12 @@ struct PreparedParse {
 // they were allocated for the text's length or more.
 Expected<std::unique_ptr<Graph>> ReadJson(std::string_view text, std::string* owned, const std::string& sidecar_dir,
                                           PreparedParse* prepared = nullptr) {
+  // simdjson skips a byte-order mark, nlohmann and Python's json refuse it:
+  // the readers agree on refusing it.
+  if (text.starts_with("\xEF\xBB\xBF"))
+    return Status::BadInput("malformed JSON: a UTF-8 byte-order mark opens the file (JSON text has none; "
+                            "write it without one)",
+                            "line 1, column 1");
   if (UseNlohmannIo()) return ReadWithNlohmann(text, sidecar_dir);
   const bool use_prepared = prepared && prepared->capacity >= text.size();
   simdjson::dom::document own_document;
@@ -3114,6 +3120,60 @@ Status TextTooLong(const std::string& path, std::string_view what, size_t limit)
 // ReadFileContents; on_size(n), when given, is called with the text's
 // expected length (the file's size, or a gzip file's stated one) before the
 // text is read. A text over `max_bytes` is refused (Note [Input size limit]).
+// gzread ignores bytes after the last gzip member; Python's gzip refuses
+// them ("Not a gzipped file"), though not zero padding. The members are walked
+// again (output discarded) to find where they end: only files libdeflate did
+// not read in one pass come here, and libdeflate refuses such bytes.
+Status CheckNothingAfterGzipMembers(const std::string& path) {
+  std::string compressed;
+  {
+    std::FILE* raw = std::fopen(path.c_str(), "rb");
+    if (!raw) return Status::BadInput("cannot open file", path);
+    char buffer[1 << 16];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, raw)) > 0;) compressed.append(buffer, n);
+    std::fclose(raw);
+  }
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return Status::Ok();
+  std::unique_ptr<z_stream, int (*)(z_stream*)> end(&z, inflateEnd);
+  size_t at = 0;
+  std::vector<unsigned char> sink(1 << 16);
+  while (at < compressed.size()) {
+    if (compressed.size() - at < 2 || static_cast<unsigned char>(compressed[at]) != 0x1f ||
+        static_cast<unsigned char>(compressed[at + 1]) != 0x8b) {
+      if (std::all_of(compressed.begin() + static_cast<std::ptrdiff_t>(at), compressed.end(), [](char c) { return c == 0; }))
+        return Status::Ok();  // zero padding, as Python's gzip allows
+      return Status::BadInput(fmt::format("corrupt gzip data: {} bytes after the gzip stream (from byte {}) that "
+                                          "are not a gzip member",
+                                          compressed.size() - at, at),
+                              path);
+    }
+    inflateReset(&z);
+    auto feed = [&] {  // zlib counts input in 32 bits
+      z.next_in = reinterpret_cast<Bytef*>(compressed.data() + at);
+      z.avail_in = static_cast<uInt>(std::min<size_t>(compressed.size() - at, size_t{1} << 30));
+    };
+    feed();
+    while (true) {
+      z.next_out = sink.data();
+      z.avail_out = static_cast<uInt>(sink.size());
+      const int rc = inflate(&z, Z_NO_FLUSH);
+      at = static_cast<size_t>(reinterpret_cast<const char*>(z.next_in) - compressed.data());
+      if (rc == Z_STREAM_END) break;
+      const bool more_input = z.avail_in == 0 && at < compressed.size();
+      if (rc == Z_OK || (rc == Z_BUF_ERROR && more_input)) {
+        if (z.avail_in == 0) {
+          if (!more_input) return Status::Ok();
+          feed();
+        }
+        continue;
+      }
+      return Status::Ok();  // gzread read it: what this walk cannot follow is not judged here
+    }
+  }
+  return Status::Ok();
+}
+
 Expected<std::string> ReadFileContents(const std::string& path, const std::function<void(size_t)>& on_size,
                                        size_t max_bytes) {
   ScopedPhase phase("read-file");
@@ -3209,6 +3269,7 @@ Expected<std::string> ReadFileContents(const std::string& path, const std::funct
     return Status::BadInput("cannot read compressed file (truncated or corrupt)", path);
   if (close_status == Z_BUF_ERROR)
     return Status::BadInput("truncated compressed file (the gzip stream ends early)", path);
+  if (gzip_magic) FXREMAT_RETURN_IF_ERROR(CheckNothingAfterGzipMembers(path));
   return contents;
 }
 

@@ -367,3 +367,37 @@ def test_an_integer_beyond_64_bits_is_refused_by_both_readers(value, tmp_path):
         r.stdout + r.stderr
     with pytest.raises(fxremat.FormatError, match="outside int64"):
         fxremat.load(path)
+
+
+def _fg_chain_text() -> bytes:
+    return gzip.decompress((TESTDATA / "fg_chain.json.gz").read_bytes())
+
+
+def test_a_byte_order_mark_is_refused_by_both_readers(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + _fg_chain_text())
+    r = _cli("inspect", path)
+    assert r.returncode == 2 and "byte-order mark" in r.stderr and "line 1, column 1" in r.stderr, r.stdout + r.stderr
+    with pytest.raises(fxremat.FormatError, match="BOM"):
+        fxremat.load(path)
+
+
+@pytest.mark.parametrize("tail,ok", [(b"garbage\n", False), (b"\x00" * 64, True), ("member", True)])
+def test_bytes_after_the_gzip_stream_are_judged_as_python_does(tail, ok, tmp_path):
+    """zlib's gzread ignored bytes after the last member, which Python's gzip refuses;
+    zero padding and a second member both read."""
+    text = _fg_chain_text()
+    if tail == "member":
+        data = gzip.compress(text[:3000]) + gzip.compress(text[3000:])
+    else:
+        data = gzip.compress(text) + tail
+    path = tmp_path / "g.json.gz"
+    path.write_bytes(data)
+    r = _cli("inspect", path)
+    if ok:
+        assert r.returncode == 0 and "graph fg_chain" in r.stdout, r.stderr
+        assert len(fxremat.load(path).graph.nodes) == len(fxremat.load(TESTDATA / "fg_chain.json.gz").graph.nodes)
+    else:
+        assert r.returncode == 2 and "after the gzip stream" in r.stderr, r.stdout + r.stderr
+        with pytest.raises(fxremat.FormatError, match="gzip"):
+            fxremat.load(path)
