@@ -357,14 +357,16 @@ struct PartitionFlags {
   // an empty value ('--memory-budget ""', malformed) from no flag.
   std::vector<const CLI::Option*> memory_budget_options;
 
-  // with_memory_budget: false for pareto, whose front spans every budget.
-  void AddTo(CLI::App* cmd, bool with_memory_budget = true) {
-    if (with_memory_budget)
-      memory_budget_options.push_back(cmd->add_option("--memory-budget", memory_budget,
+  // listed_memory_budget: false for pareto, whose front spans every budget:
+  // the flag is left out of its help but still taken, to be refused by name.
+  void AddTo(CLI::App* cmd, bool listed_memory_budget = true) {
+    CLI::Option* budget_option = cmd->add_option("--memory-budget", memory_budget,
                     "Bound on the step's simulated peak above the inputs (Note [Peak budget], docs/budget.md): "
                     "a whole number of bytes, with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), e.g. 64MiB; "
                     "a decimal such as 1.5GiB when it makes whole bytes; a fraction of the range goes through "
-                    "--config activation_memory_budget=F"));
+                    "--config activation_memory_budget=F");
+    if (!listed_memory_budget) budget_option->group("");  // CLI11: an option in no group is not listed
+    memory_budget_options.push_back(budget_option);
     cmd->add_option("--partitioner", partitioner,
                     "mincut (functorch's min_cut_rematerialization_partition) or default (functorch's "
                     "default_partition)")->capture_default_str();
@@ -884,7 +886,7 @@ int main(int argc, char** argv) {
   auto* pareto = app.add_subcommand("pareto", "The step peak / recompute cost front of a joint graph: the budget "
                                     "solver's candidates and evenly spaced budgets (docs/budget.md)");
   pareto->add_option("graph", graph_path, "Joint graph file")->required();
-  flags.AddTo(pareto, /*with_memory_budget=*/false);
+  flags.AddTo(pareto, /*listed_memory_budget=*/false);
   pareto->add_option("--points", points, "Budgets from the smallest peak to the min cut's")->capture_default_str();
   CLI::Option* pareto_output = pareto->add_option("-o,--output", output, "Write the front as JSON here");
   CLI::Option* pareto_plot = pareto->add_option("--plot", plot, "Write the front as an SVG plot here");
