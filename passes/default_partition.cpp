@@ -3,6 +3,7 @@
 // whose forward nodes carry partitioner_tag=is_forward, as AOTAutograd's joint
 // trace sets it.
 #include "passes/default_partition.h"
+#include "fxremat/policy.h"
 
 #include "passes/protect_mutations.h"
 
@@ -83,7 +84,15 @@ Expected<std::vector<Node*>> ChooseDefaultSavedValues(const Graph& joint) {
     }
     // A multi-output op's tuple is never saved; its getitems are.
     if (IsMultiOutput(*n)) continue;
-    if (n->meta().recompute == Decision::kMustSave) { add_unique(saved_values, n); continue; }
+    // A CPU-offload tag (selective checkpointing's MUST/PREFER_CPU_OFFLOAD) is
+    // a save to host memory: saved like MUST_SAVE, whatever reads it in the
+    // backward (a region recomputed from it). Only direct readers counted
+    // before, and a region recomputed from an offloaded addmm could not be
+    // computed in the backward (PyTorch's default_partition fails the same way).
+    if (n->meta().recompute == Decision::kMustSave || IsOffload(n->meta().recompute)) {
+      add_unique(saved_values, n);
+      continue;
+    }
     if (IsImpure(*n)) {
       if (has_recomputable_ops)
         return Status::BadInput(fmt::format("cannot apply activation checkpointing to a graph with the "

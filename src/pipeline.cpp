@@ -286,8 +286,10 @@ Expected<Partition> RunPartition(const Graph& joint, const PartitionRequest& req
       FXREMAT_RETURN_IF_ERROR(RunGraphPass("apply-policy", *folded, pass_options).status());
     }
     FXREMAT_ASSIGN_OR_RETURN(p, DefaultPartition(*g));
+    // So is a value tagged for CPU offload (saved by the default partition).
     for (SavedValue& v : p.signature.saved)
-      if (const Node* n = g->findNode(v.name); n && n->meta().offload_requested) v.offloaded = true;
+      if (const Node* n = g->findNode(v.name); n && (n->meta().offload_requested || IsOffload(n->meta().recompute)))
+        v.offloaded = true;
     AssignSavedValueRules(p, *g, "default partition");
   } else {
     MinCutOptions mincut = request.mincut;

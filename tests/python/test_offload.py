@@ -465,3 +465,51 @@ def test_wait_without_a_transfer_is_an_error():
     assert torch.ops.fxremat.wait_tensor.default(t) is t  # a CPU step's copy: nothing to wait for
     with pytest.raises(RuntimeError, match="no transfer pending"):
         _offload_ops._wait_tensor(torch.empty(4, device="meta"), None)
+
+
+class _OffloadTaggedBlock(torch.nn.Module):
+    """An embedding, then a Linear+ReLU under selective checkpointing whose policy
+    function tags the addmm for CPU offload and the rest PREFER_RECOMPUTE."""
+
+    def __init__(self, decision):
+        super().__init__()
+        self.decision = decision
+        self.emb = torch.nn.Embedding(10, 16)
+        self.lin = torch.nn.Linear(16, 16)
+
+    def _block(self, h):
+        return torch.relu(self.lin(h))
+
+    def forward(self, ids):
+        from functools import partial
+
+        from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+        # A module-level policy function: one defined in forward breaks Dynamo's graph
+        # there, and the region would run eagerly.
+        context = partial(create_selective_checkpoint_contexts, partial(_offload_dots, self.decision))
+        return checkpoint(self._block, self.emb(ids), use_reentrant=False, context_fn=context)
+
+
+def _offload_dots(decision, ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    dots = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+    return decision if op in dots else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+@pytest.mark.parametrize("decision", ["MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD"])
+def test_offload_tags_under_the_default_partitioner(decision, fresh_compile_state):
+    """The default partition saved a forward value only for its direct backward readers;
+    an offload-tagged addmm that the backward reads only through the ReLU it recomputes
+    was neither saved nor computable there ('primals_4' ... neither an input of the
+    backward graph nor computable there; PyTorch's default_partition fails the same way).
+    It is saved like MUST_SAVE, and offloaded."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    torch.manual_seed(0)
+    model = _OffloadTaggedBlock(getattr(CheckpointPolicy, decision))
+    ids = torch.randint(0, 10, (2, 5))
+    rec = _trains_like_eager(model, ids, {"compiler": "aot_eager", "partitioner": "default"}, steps=2)
+    offloaded = [s for s in rec.signature["saved"] if s.get("offloaded")]
+    assert [s["name"] for s in offloaded] == ["addmm"], rec.signature["saved"]
