@@ -37,6 +37,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -549,6 +551,62 @@ Status CheckMinCutOptions(const MinCutOptions& options) {
   return Status::Ok();
 }
 
+// "64MiB", "1.5GB", "4096" -> bytes. Digits and a decimal point only:
+// std::stod also took "0x10" (as 16), " 5", "1e3", "+5" and "-0". The value
+// times the unit must be a whole number of bytes ("1.5GiB" is, "1.9" is not):
+// a double rounded it down without a word, so "0.3" (meant as a fraction of
+// the range, which --config activation_memory_budget takes) became a budget
+// of 0 bytes. The product is worked out on the decimal digits, exactly, which
+// "1.1KB" needs to come out whole.
+Expected<int64_t> ParseByteSize(const std::string& text, std::string_view what) {
+  const Status malformed =
+      Status::BadInput(fmt::format("{} takes a byte size such as 4096, 64MiB or 1.5GB, not '{}'", what, text));
+  auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  size_t end = 0;
+  while (end < text.size() && is_digit(text[end])) ++end;
+  const std::string whole = text.substr(0, end);
+  std::string fraction;
+  if (end < text.size() && text[end] == '.') {
+    const size_t fraction_begin = ++end;
+    while (end < text.size() && is_digit(text[end])) ++end;
+    fraction = text.substr(fraction_begin, end - fraction_begin);
+  }
+  if (whole.empty() && fraction.empty()) return malformed;
+  const std::string unit = text.substr(end);
+  static const std::pair<const char*, uint64_t> kUnits[] = {
+      {"", 1},           {"B", 1},           {"KB", 1000},       {"MB", 1000000}, {"GB", 1000000000},
+      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
+  };
+  const auto* found =
+      std::find_if(std::begin(kUnits), std::end(kUnits), [&](const auto& u) { return unit == u.first; });
+  if (found == std::end(kUnits)) return malformed;
+  const bool below_one = whole.find_first_not_of('0') == std::string::npos &&
+                         fraction.find_first_not_of('0') != std::string::npos;
+  if (below_one && unit.empty())
+    return Status::BadInput(fmt::format("{} takes a whole number of bytes, not '{}'; a fraction of the "
+                                        "range from the smallest peak to the min cut's is --config "
+                                        "activation_memory_budget={}",
+                                        what, text, text));
+  // The digits times the unit, most significant first; the last
+  // fraction.size() of them lie after the point and must be zeros.
+  std::string digits = whole + fraction;
+  uint64_t carry = 0;
+  for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+    const uint64_t d = static_cast<uint64_t>(*it - '0') * found->second + carry;
+    *it = static_cast<char>('0' + d % 10);
+    carry = d / 10;
+  }
+  for (; carry > 0; carry /= 10) digits.insert(digits.begin(), static_cast<char>('0' + carry % 10));
+  if (digits.find_first_not_of('0', digits.size() - fraction.size()) != std::string::npos)
+    return Status::BadInput(fmt::format("{} {} is not a whole number of bytes", what, text));
+  digits.resize(digits.size() - fraction.size());
+  int64_t bytes = 0;
+  if (digits.empty()) return bytes;
+  if (auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), bytes); ec != std::errc())
+    return Status::BadInput(fmt::format("{} {} is more than 2^63 - 1 bytes", what, text));
+  return bytes;
+}
+
 Status SetMinCutOption(MinCutOptions& options, const std::string& name, const std::string& value) {
   auto as_bool = [&](bool& out) -> Status {
     if (value == "true" || value == "True" || value == "1") { out = true; return Status::Ok(); }
@@ -621,13 +679,9 @@ Status SetMinCutOption(MinCutOptions& options, const std::string& name, const st
     (name == "budget_milp_max_variables" ? options.budget_milp_max_variables : options.budget_milp_max_nodes) = v;
     return Status::Ok();
   }
-  if (name == "memory_budget_bytes") {
-    char* end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || errno == ERANGE || v < 0)
-      return Status::BadInput(fmt::format("option memory_budget_bytes takes a non-negative number of bytes, not '{}'", value));
-    options.memory_budget_bytes = static_cast<int64_t>(v);
+  if (name == "memory_budget_bytes") {  // with the CLI's --memory-budget units (ParseByteSize)
+    FXREMAT_ASSIGN_OR_RETURN(int64_t bytes, ParseByteSize(value, "option memory_budget_bytes"));
+    options.memory_budget_bytes = bytes;
     return Status::Ok();
   }
   if (name == "peak_model") {

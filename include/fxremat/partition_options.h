@@ -146,6 +146,12 @@ struct MinCutOptions {
 
 // Sets one option by its functorch config name ("recompute_views", "true").
 Status SetMinCutOption(MinCutOptions& options, const std::string& name, const std::string& value);
+
+// A byte size as memory_budget_bytes and the CLI's --memory-budget take it:
+// "4096", "64MiB", "1.5GB" (units B, KB, MB, GB, KiB, MiB, GiB; the value
+// times the unit a whole number of bytes, at most 2^63 - 1). `what` names the
+// option in errors ("--memory-budget", "option memory_budget_bytes").
+Expected<int64_t> ParseByteSize(const std::string& text, std::string_view what);
 // What no single option shows: two budgets at once (memory_budget_bytes and an
 // activation_memory_budget below 1) are refused rather than one silently winning.
 Status CheckMinCutOptions(const MinCutOptions& options);

@@ -401,3 +401,19 @@ def test_bytes_after_the_gzip_stream_are_judged_as_python_does(tail, ok, tmp_pat
         assert r.returncode == 2 and "after the gzip stream" in r.stderr, r.stdout + r.stderr
         with pytest.raises(fxremat.FormatError, match="gzip"):
             fxremat.load(path)
+
+
+@pytest.mark.parametrize("value,bytes_", [("2MiB", 2 << 20), ("1.5KB", 1500), ("4096", 4096), (4096, 4096)])
+def test_memory_budget_bytes_takes_the_cli_units_everywhere(value, bytes_):
+    """--config memory_budget_bytes= and the Python option parse as --memory-budget does
+    ("1GB" was refused as 'not a non-negative number of bytes' there)."""
+    graph = TESTDATA / "budget" / "llama_4l.json.gz"  # its smallest peak is above 2 MiB
+    r = _cli("partition", graph, "-o", "/dev/null/x", "--config", f"memory_budget_bytes={value}")
+    assert r.returncode == 2 and f"memory budget {bytes_} B is below the smallest peak" in r.stderr, r.stderr
+    with pytest.raises(ValueError, match=f"memory budget {bytes_} B is below the smallest peak"):
+        fxremat.partition(fxremat.load(graph), options={"memory_budget_bytes": value})
+
+
+def test_memory_budget_bytes_beyond_int64_is_named():
+    with pytest.raises(ValueError, match=r"option memory_budget_bytes 1180591620717411303424 is more than 2\^63 - 1"):
+        fxremat.partition_fn(options={"memory_budget_bytes": 2**70})
