@@ -3,7 +3,6 @@
 // whose forward nodes carry partitioner_tag=is_forward, as AOTAutograd's joint
 // trace sets it.
 #include "passes/default_partition.h"
-#include "fxremat/policy.h"
 
 #include "passes/protect_mutations.h"
 
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "fxremat/op_categories.h"
+#include "fxremat/policy.h"
 #include "passes/cleanup_recompute_tags.h"
 #include "passes/force_saves.h"
 #include "passes/min_cut_partition.h"

@@ -73,6 +73,9 @@ bool IsPinnedHop(const Node& n) {
   return n.meta().partitioner_tag == PartitionerTag::kIsForward && HopReturnsItsInputs(n);
 }
 
+// A node whose leaf results ForceSaves makes MUST_SAVE.
+bool ResultsMustBeSaved(const Node& n) { return IsForwardEffect(n) || IsPinnedHop(n); }
+
 }  // namespace
 
 bool NeedsForcedSaves(const Graph& joint) {
@@ -80,7 +83,7 @@ bool NeedsForcedSaves(const Graph& joint) {
   for (const auto& up : joint.nodes())
     if (IsCollective(*up) && !MustRecompute(*up) && up->meta().recompute != Decision::kMustSave) return true;
   for (const auto& up : joint.nodes()) {
-    if (!IsForwardEffect(*up) && !IsPinnedHop(*up)) continue;
+    if (!ResultsMustBeSaved(*up)) continue;
     bool unsaved = false;
     ForEachEffectfulResult(*up, [&](const Node& r) { unsaved = unsaved || r.meta().recompute != Decision::kMustSave; });
     if (unsaved) return true;
@@ -100,7 +103,7 @@ Expected<bool> ForceSaves(Graph& joint) {
   for (const auto& up : joint.nodes())
     if (IsCollective(*up) && !MustRecompute(*up)) make_must_save(*up);
   for (const auto& up : joint.nodes())
-    if (IsForwardEffect(*up) || IsPinnedHop(*up)) ForEachEffectfulResult(*up, [&](const Node& r) { make_must_save(const_cast<Node&>(r)); });
+    if (ResultsMustBeSaved(*up)) ForEachEffectfulResult(*up, [&](const Node& r) { make_must_save(const_cast<Node&>(r)); });
   std::set<const Node*> mutated_in_backward;
   std::vector<Node*> sources;
   ForEachTailCopy(joint, [&](const Node& n) {

@@ -3117,9 +3117,6 @@ Status TextTooLong(const std::string& path, std::string_view what, size_t limit)
       path);
 }
 
-// ReadFileContents; on_size(n), when given, is called with the text's
-// expected length (the file's size, or a gzip file's stated one) before the
-// text is read. A text over `max_bytes` is refused (Note [Input size limit]).
 // gzread ignores bytes after the last gzip member; Python's gzip refuses
 // them ("Not a gzipped file"), though not zero padding. The members are walked
 // again (output discarded) to find where they end: only files libdeflate did
@@ -3174,6 +3171,9 @@ Status CheckNothingAfterGzipMembers(const std::string& path) {
   return Status::Ok();
 }
 
+// ReadFileContents; on_size(n), when given, is called with the text's
+// expected length (the file's size, or a gzip file's stated one) before the
+// text is read. A text over `max_bytes` is refused (Note [Input size limit]).
 Expected<std::string> ReadFileContents(const std::string& path, const std::function<void(size_t)>& on_size,
                                        size_t max_bytes) {
   ScopedPhase phase("read-file");

@@ -524,8 +524,7 @@ class _Builder:
         if self.mark_backward:
             n.meta["autograd_backward"] = True
             # Note [No recompute tags in the backward] (src/extract_partition.cpp): C++
-            # drops them (_sync_recompute above follows it); the region ids go with them.
-            n.meta.pop("recompute", None)
+            # drops the tags, which _sync_recompute above follows; the region ids go too.
             n.meta.pop("ac_graph_id", None)
         env[name] = n
         return n
